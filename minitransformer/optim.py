@@ -34,6 +34,7 @@ class Adam:
         self.step_count = 0
         self.m = [p.xp.zeros_like(p.data) for p in self.params]  # first moments
         self.v = [p.xp.zeros_like(p.data) for p in self.params]  # second moments
+        self._scratch: dict[Any, Any] = {}
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -50,12 +51,32 @@ class Adam:
         for p, m, v in zip(self.params, self.m, self.v, strict=True):
             if p.grad is None:
                 continue
-            g = p.grad
-            m *= beta1
-            m += (1 - beta1) * g
-            v *= beta2
-            v += (1 - beta2) * (g * g)
-            p.data -= step_size * m / (p.xp.sqrt(v) + eps_hat)
+            g, xp = p.grad, p.xp
+            # Every operation writes into m, v, p.data or one scratch buffer of p's shape
+            # (shared by all parameters on a device): no temporaries, g left untouched.
+            scratch = self._scratch_for(p)
+            m *= beta1                                       # m = β₁ m + (1 − β₁) g
+            m += xp.multiply(g, 1 - beta1, out=scratch)
+            v *= beta2                                       # v = β₂ v + (1 − β₂) g²
+            xp.multiply(g, g, out=scratch)
+            scratch *= 1 - beta2
+            v += scratch
+            xp.sqrt(v, out=scratch)                          # θ -= step · m / (√v + ε̂)
+            scratch += eps_hat
+            xp.divide(m, scratch, out=scratch)
+            scratch *= step_size
+            p.data -= scratch
+
+    def _scratch_for(self, p: Parameter) -> Any:
+        """A buffer of p's shape and dtype: a view of the largest parameter's worth of memory,
+        allocated once per device and dtype."""
+        key = (p.device, p.data.dtype)
+        buffer = self._scratch.get(key)
+        if buffer is None:
+            size = max(q.data.size for q in self.params
+                       if (q.device, q.data.dtype) == key)
+            buffer = self._scratch[key] = p.xp.empty(size, dtype=p.data.dtype)
+        return buffer[: p.data.size].reshape(p.data.shape)
 
     def state_dict(self) -> dict[str, Any]:
         state = {"step_count": self.step_count, "lr": self.lr}

@@ -18,7 +18,8 @@ Forward, with mask m (True = this query may attend to this key):
 Backward (dP is the gradient reaching the weights, dS the one reaching the scores):
 
     out = P V            ->  dV = Pᵀ dout,   dP = dout Vᵀ
-    P = softmax(S)       ->  dS = P ∘ (dP - rowsum(dP ∘ P))
+    P = softmax(S)       ->  dS = P ∘ (dP - rowsum(dP ∘ P)),
+                             where rowsum(dP ∘ P) = rowsum(dout ∘ out), a sum over Dv
                              (∂P_ij/∂S_ik = P_ij (δ_jk - P_ik); masked entries have P = 0,
                              so they get dS = 0, exactly as the -∞ fill's gradient would be)
     S = Q Kᵀ / √D        ->  dQ = dS K / √D,   dK = dSᵀ Q / √D
@@ -51,44 +52,53 @@ class ScaledDotProductAttention(Function):
         xp = backend.get_array_module(q)
         D = q.shape[-1]
         scale = 1.0 / math.sqrt(D)
+        # Steps 2-5 work in place on the one (..., T, S) buffer that step 1 allocates.
         # 1. S = Q Kᵀ / √D
-        scores = xp.matmul(q, xp.swapaxes(k, -1, -2)) * scale           # (..., T, S)
+        P = xp.matmul(q, xp.swapaxes(k, -1, -2))                        # (..., T, S)
+        P *= scale
         # 2. S = -∞ where the mask forbids the connection
         if mask is not None:
-            scores = xp.where(mask, scores, xp.asarray(-math.inf, dtype=scores.dtype))
+            xp.copyto(P, xp.asarray(-math.inf, dtype=P.dtype), where=~mask)
         # 3. row maximum, 0 for a fully masked row (so exp sees -∞ - 0, never -∞ - (-∞))
-        row_max = scores.max(axis=-1, keepdims=True)                    # (..., T, 1)
-        row_max = xp.where(row_max == -math.inf, xp.zeros((), dtype=scores.dtype), row_max)
+        row_max = P.max(axis=-1, keepdims=True)                         # (..., T, 1)
+        row_max[row_max == -math.inf] = 0
         # 4. e = exp(S - max): masked entries are exp(-∞) = 0 exactly
-        e = xp.exp(scores - row_max)                                    # (..., T, S)
+        P -= row_max
+        xp.exp(P, out=P)
         # 5. P = e / Σ e, with the sum of a fully masked row replaced by 1 (0 / 1 = 0)
-        denom = e.sum(axis=-1, keepdims=True)                           # (..., T, 1)
-        P = e / xp.where(denom == 0, xp.ones((), dtype=e.dtype), denom)  # (..., T, S)
+        denom = P.sum(axis=-1, keepdims=True)                           # (..., T, 1)
+        denom[denom == 0] = 1
+        P /= denom
         # 6. out = P V
         out = xp.matmul(P, v)                                           # (..., T, Dv)
-        self.saved = (q, k, v, P)
+        self.saved = (q, k, v, P, out)
         self.scale, self.has_mask = scale, mask is not None
         if self.keep_weights:
             self.weights = P
         return out
 
     def backward(self, dout):
-        q, k, v, P = self.saved
+        q, k, v, P, out = self.saved
         xp = backend.get_array_module(dout)
         dq = dk = dv = None
         # fwd 6: out = P V  ->  dV = Pᵀ dout,  dP = dout Vᵀ
         if self.needs_input_grad[2]:
             dv = xp.matmul(xp.swapaxes(P, -1, -2), dout)                # (..., S, Dv)
         if self.needs_input_grad[0] or self.needs_input_grad[1]:
-            dP = xp.matmul(dout, xp.swapaxes(v, -1, -2))                # (..., T, S)
-            # fwd 5-2: P = softmax(S) per row  ->  dS = P ∘ (dP - rowsum(dP ∘ P))
+            dS = xp.matmul(dout, xp.swapaxes(v, -1, -2))                # (..., T, S) = dP
+            # fwd 5-2: P = softmax(S) per row  ->  dS = P ∘ (dP - rowsum(dP ∘ P)).
+            # The row sum is the shorter rowsum(dout ∘ out) over Dv instead of S:
+            # Σ_j P_ij dP_ij = Σ_j P_ij (dout_i · v_j) = dout_i · Σ_j P_ij v_j = dout_i · out_i.
             # (masked entries and fully masked rows have P = 0, hence dS = 0)
-            dscores = P * (dP - (dP * P).sum(axis=-1, keepdims=True))  # (..., T, S)
+            dS -= (dout * out).sum(axis=-1, keepdims=True)             # (..., T, S)
+            dS *= P
             # fwd 1: S = Q Kᵀ / √D  ->  dQ = dS K / √D,  dK = dSᵀ Q / √D
             if self.needs_input_grad[0]:
-                dq = xp.matmul(dscores, k) * self.scale                 # (..., T, D)
+                dq = xp.matmul(dS, k)                                   # (..., T, D)
+                dq *= self.scale
             if self.needs_input_grad[1]:
-                dk = xp.matmul(xp.swapaxes(dscores, -1, -2), q) * self.scale  # (..., S, D)
+                dk = xp.matmul(xp.swapaxes(dS, -1, -2), q)              # (..., S, D)
+                dk *= self.scale
         return (dq, dk, dv, None) if self.has_mask else (dq, dk, dv)
 
 

@@ -34,14 +34,17 @@ class Dropout(Function):
         u = backend.rng(backend.device_of(x)).random(x.shape, dtype="float32")
         keep = u >= self.p
         # 2. y = x ∘ keep / (1 - p)
-        y = x * keep / (1.0 - self.p)
+        y = x * keep                                                    # a new array,
+        y *= 1.0 / (1.0 - self.p)                                       # scaled in place
         self.saved = keep
         return y
 
     def backward(self, dout):
         keep = self.saved
         # fwd 2: y = x ∘ keep / (1 - p)  ->  dx = dout ∘ keep / (1 - p)
-        return dout * keep / (1.0 - self.p)
+        dx = dout * keep
+        dx *= 1.0 / (1.0 - self.p)
+        return dx
 
 
 def _check_p(p: float) -> float:

@@ -94,7 +94,7 @@ class Linear(Function):
         y2 = xp.matmul(x2, weight.T)                                    # (N, C_out)
         # 3. y = y + b
         if bias is not None:
-            y2 = y2 + bias                                              # (N, C_out)
+            y2 += bias                        # in place: y2 is the product's new array
         self.saved = (x2, weight)
         return y2.reshape(x.shape[:-1] + (C_out,))                      # (..., C_out)
 

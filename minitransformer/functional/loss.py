@@ -17,9 +17,10 @@ Backward: log p_v = z_v - logsumexp(z), so ∂log p_v/∂z_j = δ_vj - p_j and
     ∂ℓ/∂z_j = -Σ_v q_v (δ_vj - p_j) = p_j Σ_v q_v - q_j = p_j - q_j      (Σ_v q_v = 1)
     dz = dout · (p - q) / N   on real tokens,   0 on ignored ones
 
-Fusing the two steps avoids ever forming 1/p (which overflows where p underflows) and needs
-only the log-probabilities from forward. With no real token at all (a batch of padding) the
-loss and its gradient are 0 rather than 0/0.
+Fusing the two steps avoids ever forming 1/p (which overflows where p underflows). Forward
+keeps e = exp(z - max z) and its row sums, so p = e / Σe costs backward one pass, and the loss
+itself needs only log Σe: -log p_v = logsumexp(z) - z_v. With no real token at all (a batch
+of padding) the loss and its gradient are 0 rather than 0/0.
 
 Dimensions: logits (..., V), V the vocabulary; targets (...) integer, typically (B, T);
 N_rows = prod(...) once flattened; loss a 0-d tensor.
@@ -57,52 +58,61 @@ class CrossEntropy(Function):
             real = xp.ones(t.shape, dtype=bool)                         # (N_rows,)
         else:
             real = t != self.ignore_index                               # (N_rows,)
-        self._check_targets(t, real, V)
         t_safe = xp.where(real, t, 0)[:, None]                          # (N_rows, 1)
-        # 2. log p = z - m - log Σ exp(z - m)   (stable log-softmax)
-        shifted = z - z.max(axis=-1, keepdims=True)                     # (N_rows, V)
-        logp = shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))  # (N_rows, V)
+        self._check_targets(t_safe, V)
+        # 2. the stable log-sum-exp, lse = m + log Σ exp(z - m), in one buffer e:
+        #    -log p_v = lse - z_v, so log p itself is never formed
+        row_max = z.max(axis=-1, keepdims=True)                         # (N_rows, 1)
+        e = xp.subtract(z, row_max)                                     # (N_rows, V)
+        xp.exp(e, out=e)                                                # e = exp(z - m)
+        sum_e = e.sum(axis=-1, keepdims=True)                           # (N_rows, 1)
+        lse = (row_max + xp.log(sum_e))[:, 0]                           # (N_rows,)
         # 3. ℓ = (1 - ε)(-log p_y) + ε (-mean_v log p_v)
-        nll = -xp.take_along_axis(logp, t_safe, axis=-1)[:, 0]          # (N_rows,)
-        loss_rows = (1.0 - self.eps) * nll
+        #      = (1 - ε)(lse - z_y) + ε (lse - mean_v z_v)
+        z_y = xp.take_along_axis(z, t_safe, axis=-1)[:, 0]              # (N_rows,)
+        loss_rows = (1.0 - self.eps) * (lse - z_y)
         if self.eps:
-            loss_rows = loss_rows - self.eps * logp.mean(axis=-1)      # (N_rows,)
+            loss_rows = loss_rows + self.eps * (lse - z.mean(axis=-1))  # (N_rows,)
         # 4. L = Σ_real ℓ / N, with N = max(number of real tokens, 1): 0, not 0/0, if none
         n_real = xp.maximum(real.sum(), 1).astype(logits.dtype)        # ()
         loss = xp.asarray((loss_rows * real).sum() / n_real)            # ()
-        self.saved = (logp, t_safe, real, n_real)
+        # backward needs p = e / Σe: keep e and the sums, not a normalised copy
+        self.saved = (e, sum_e, t_safe, real, n_real)
         self.logits_shape = logits.shape
         return loss
 
-    def _check_targets(self, t, real, V: int) -> None:
-        """Real targets must be class ids in [0, V): name the smallest/largest offender."""
-        if t.size == 0:
+    def _check_targets(self, t_safe, V: int) -> None:
+        """Real targets must be class ids in [0, V): name the smallest/largest offender.
+
+        One device-to-host transfer (a single boolean) when all ids are valid."""
+        if t_safe.size == 0:
             return
-        xp = backend.get_array_module(t)
-        checked = xp.where(real, t, 0)  # ignored rows hold a valid placeholder
-        low, high = int(checked.min()), int(checked.max())
+        xp = backend.get_array_module(t_safe)
+        if not bool(xp.any((t_safe < 0) | (t_safe >= V))):
+            return
+        low, high = int(t_safe.min()), int(t_safe.max())
         bad = [i for i in (low, high) if not 0 <= i < V]
-        if bad:
-            which = f"target id {bad[0]} is" if len(bad) == 1 else \
-                f"target ids {low} and {high} are"
-            allowed = "" if self.ignore_index is None else \
-                f", or ignore_index={self.ignore_index}"
-            raise ValueError(f"cross_entropy: {which} outside the V = {V} classes of the "
-                             f"logits (valid ids 0..{V - 1}{allowed}).")
+        which = f"target id {bad[0]} is" if len(bad) == 1 else \
+            f"target ids {low} and {high} are"
+        allowed = "" if self.ignore_index is None else \
+            f", or ignore_index={self.ignore_index}"
+        raise ValueError(f"cross_entropy: {which} outside the V = {V} classes of the "
+                         f"logits (valid ids 0..{V - 1}{allowed}).")
 
     def backward(self, dout):
-        logp, t_safe, real, n_real = self.saved
+        e, sum_e, t_safe, real, n_real = self.saved
         xp = backend.get_array_module(dout)
-        V = logp.shape[-1]
+        V = e.shape[-1]
+        # fwd 4: L = Σ_real ℓ / N  ->  every real row is scaled by dout / N, ignored ones by 0
+        row_scale = (real * (dout / n_real))[:, None]                   # (N_rows, 1)
         # fwd 2-3: ℓ = -Σ_v q_v log p_v  ->  dz = p - q,  q = (1 - ε) onehot(y) + ε / V
-        dz = xp.exp(logp)                                               # (N_rows, V) = p
+        # in two passes over (N_rows, V): dz = e · (scale / Σe) - scale · ε / V, then the
+        # target entry of every row loses scale · (1 - ε)
+        dz = e * (row_scale / sum_e)                                    # (N_rows, V)
         if self.eps:
-            dz = dz - self.eps / V
-        onehot = (xp.arange(V) == t_safe).astype(dz.dtype)              # (N_rows, V)
-        dz = dz - (1.0 - self.eps) * onehot  # (a float times a *bool* array would be float64)
-        # fwd 4: L = Σ_real ℓ / N  ->  dz = dout · (p - q) / N on real rows, 0 on ignored ones
-        row_scale = real * (dout / n_real)                              # (N_rows,)
-        dz = dz * row_scale[:, None]                                    # (N_rows, V)
+            dz -= row_scale * (self.eps / V)
+        rows = xp.arange(dz.shape[0])
+        dz[rows, t_safe[:, 0]] -= row_scale[:, 0] * (1.0 - self.eps)
         return dz.reshape(self.logits_shape), None                      # (..., V)
 
 

@@ -38,34 +38,43 @@ class LayerNorm(Function):
                 raise ValueError(f"layer_norm: {name} of shape {tuple(param.shape)} does not fit "
                                  f"the input of shape {tuple(x.shape)}: it must be (C,) = ({C},).")
         xp = backend.get_array_module(x)
+        # Two (..., C) buffers: x̂ and y (which holds (x - μ)² until step 4).
         # 1. μ = mean(x) over the features
         mean = x.mean(axis=-1, keepdims=True)                           # (..., 1)
         # 2. σ² = mean((x - μ)²), rstd = 1 / √(σ² + eps)
-        xc = x - mean                                                   # (..., C)
-        rstd = 1.0 / xp.sqrt((xc * xc).mean(axis=-1, keepdims=True) + self.eps)  # (..., 1)
+        x_hat = x - mean                                                # (..., C) = x - μ
+        y = xp.multiply(x_hat, x_hat)                                   # (..., C) = (x - μ)²
+        rstd = 1.0 / xp.sqrt(y.mean(axis=-1, keepdims=True) + self.eps)  # (..., 1)
         # 3. x̂ = (x - μ) · rstd
-        x_hat = xc * rstd                                               # (..., C)
+        x_hat *= rstd                                                   # (..., C)
         # 4. y = gain ∘ x̂ + bias
-        y = x_hat * gain + bias                                         # (..., C)
+        xp.multiply(x_hat, gain, out=y)
+        y += bias                                                       # (..., C)
         self.saved = (x_hat, rstd, gain)
         return y
 
     def backward(self, dout):
         x_hat, rstd, gain = self.saved
+        xp = backend.get_array_module(dout)
         C = x_hat.shape[-1]
         dx = dgain = dbias = None
         # fwd 4: y = gain ∘ x̂ + bias  ->  dgain = Σ_rows dout ∘ x̂, dbias = Σ_rows dout
+        dout_x_hat = dout * x_hat                                       # (..., C)
         if self.needs_input_grad[1]:
-            dgain = (dout * x_hat).reshape(-1, C).sum(axis=0)          # (C,)
+            dgain = dout_x_hat.reshape(-1, C).sum(axis=0)              # (C,)
         if self.needs_input_grad[2]:
             dbias = dout.reshape(-1, C).sum(axis=0)                    # (C,)
         if self.needs_input_grad[0]:
             #                               dx̂ = g = dout ∘ gain
-            g = dout * gain                                             # (..., C)
             # fwd 3-1: x̂ = (x - μ) · rstd  ->  dx = rstd (g - mean(g) - x̂ mean(g ∘ x̂))
-            mean_g = g.mean(axis=-1, keepdims=True)                     # (..., 1)
-            mean_gx = (g * x_hat).mean(axis=-1, keepdims=True)          # (..., 1)
-            dx = rstd * (g - mean_g - x_hat * mean_gx)                  # (..., C)
+            # Both means are matrix-vector products with gain, without forming g ∘ x̂:
+            # mean(g) = (dout · gain) / C,  mean(g ∘ x̂) = ((dout ∘ x̂) · gain) / C
+            mean_g = (dout @ gain)[..., None] / C                       # (..., 1)
+            mean_gx = (dout_x_hat @ gain)[..., None] / C                # (..., 1)
+            dx = dout * gain                                            # (..., C) = g
+            dx -= mean_g
+            dx -= xp.multiply(x_hat, mean_gx, out=dout_x_hat)           # reuses the buffer
+            dx *= rstd
         return dx, dgain, dbias
 
 
