@@ -4,6 +4,8 @@ The decoder is auto-regressive (§3): token t is chosen from the distribution gi
 and tokens 1..t-1. Greedy decoding takes the most probable token at every step. With the cache
 (``Transformer.new_cache``) each step feeds only the newest token, and the layers append its
 keys and values to those already computed, so a step costs O(length) instead of O(length²).
+``use_cache=False`` recomputes the whole prefix at every step instead: the same result, slower,
+there to measure what the cache saves (bench/compare_torch.py).
 
 §6.1: "we used beam search with a beam size of 4 and length penalty α = 0.6 ... We set the
 maximum output length during inference to input length + 50, but terminate early when
@@ -58,34 +60,51 @@ def _encode(model: Transformer, src_ids: Any, max_len: int | None
     return src, src_mask, model.encode(src, src_mask), limit
 
 
+def _decode_prefix(model: Transformer, prefix: Any, memory: Tensor, src_mask: Any) -> Tensor:
+    """Logits (N, t, V) of whole prefixes (N, t), BOS first, recomputed from scratch.
+
+    The uncached path of ``use_cache=False``. It still passes a fresh, empty cache: that gives
+    the cached path's purely causal self-attention mask, under which a generated padding id
+    is a token, where ``decode`` without a cache would mask it as padding."""
+    return model.decode(prefix, memory, src_mask, model.new_cache())     # (N, t, V)
+
+
 def _strip(rows: list[list[int]], eos_id: int) -> list[list[int]]:
     """Each row up to (not including) its first ``eos_id``."""
     return [row[: row.index(eos_id)] if eos_id in row else row for row in rows]
 
 
 def greedy_decode(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
-                  max_len: int | None = None) -> list[list[int]]:
+                  max_len: int | None = None, use_cache: bool = True) -> list[list[int]]:
     """The most probable token at each step, for a batch of sources (B, S).
 
     Stops a sentence at ``eos_id`` (not included in the output) or after ``max_len`` tokens
     (default: source length + 50, as §6.1). Returns one list of token ids per sentence.
+    With ``use_cache=False`` every step decodes the whole prefix again instead of only the
+    newest token (the same result, O(length²) per step: for benchmarks).
     """
     with _generating(model):
         src, src_mask, memory, limit = _encode(model, src_ids, max_len)
         B = src.shape[0]
-        cache = model.new_cache()
+        cache = model.new_cache() if use_cache else None
         xp = backend.get_array_module(src.data)
         tokens = xp.full((B, 1), bos_id, dtype=src.dtype)                # (B, 1)
+        prefix = tokens                                                  # (B, t) without cache
         finished = xp.zeros(B, dtype=bool)
         steps = []
         for _ in range(limit):
-            logits = model.decode(tokens, memory, src_mask, cache)       # (B, 1, V)
+            if cache is not None:
+                logits = model.decode(tokens, memory, src_mask, cache)   # (B, 1, V)
+            else:
+                logits = _decode_prefix(model, prefix, memory, src_mask)  # (B, t, V)
             tokens = logits.data[:, -1].argmax(axis=-1)[:, None]         # (B, 1)
             tokens = tokens.astype(src.dtype)
             steps.append(xp.where(finished, eos_id, tokens[:, 0]))
             finished |= tokens[:, 0] == eos_id
             if bool(finished.all()):
                 break
+            if cache is None:
+                prefix = xp.concatenate([prefix, tokens], axis=1)        # (B, t + 1)
     if not steps:
         return [[] for _ in range(B)]
     return _strip(backend.to_numpy(xp.stack(steps, axis=1)).tolist(), eos_id)  # (B, steps)
@@ -105,7 +124,7 @@ def _log_softmax(logits: Any) -> Any:
 
 def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
                 beam_size: int = 4, length_penalty: float = 0.6, max_len: int | None = None,
-                return_scores: bool = False) -> Any:
+                return_scores: bool = False, use_cache: bool = True) -> Any:
     """The best of ``beam_size`` hypotheses per sentence, for a batch of sources (B, S).
 
     Every step decodes the newest token of all B·K alive prefixes in one call, and ranks the
@@ -124,6 +143,9 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
     Returns the best finished hypothesis of each sentence by normalized score (the best alive
     one, of ``max_len`` tokens, if none finished), without BOS and EOS; with
     ``return_scores``, also each one's normalized score log P / lp(|Y|).
+
+    With ``use_cache=False`` every step decodes the B·K whole prefixes again, and the beam
+    reordering moves the prefixes instead of the cache (the same result, for benchmarks).
     """
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}.")
@@ -142,7 +164,7 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
         rows = xp.repeat(xp.arange(B), K)                                # (B·K,)
         memory = memory[rows]                                            # (B·K, S, C)
         src_mask = src_mask[rows]                                        # (B·K, 1, 1, S)
-        cache = model.new_cache()
+        cache = model.new_cache() if use_cache else None
         # At the start the K beams are the same empty prefix: only the first may expand.
         alive_scores = xp.full((B, K), -xp.inf, dtype=float_dtype)       # (A, K) log P
         alive_scores[:, 0] = 0.0
@@ -156,9 +178,14 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
         for t in range(1, limit + 1):  # t: hypothesis length after this step, EOS included
             A = alive_scores.shape[0]
             r = xp.arange(A)[:, None]                                    # (A, 1)
-            last = (alive_tokens[:, :, -1] if t > 1
-                    else xp.full((A, K), bos_id, dtype=ids_dtype))       # (A, K)
-            logits = model.decode(last.reshape(A * K, 1), memory, src_mask, cache)
+            if cache is not None:
+                last = (alive_tokens[:, :, -1] if t > 1
+                        else xp.full((A, K), bos_id, dtype=ids_dtype))   # (A, K)
+                logits = model.decode(last.reshape(A * K, 1), memory, src_mask, cache)
+            else:  # alive_tokens are the prefixes, already in beam order
+                prefix = xp.concatenate(
+                    [xp.full((A, K, 1), bos_id, dtype=ids_dtype), alive_tokens], axis=2)
+                logits = _decode_prefix(model, prefix.reshape(A * K, t), memory, src_mask)
             log_probs = _log_softmax(logits.data[:, -1])                 # (A·K, V)
             V = log_probs.shape[-1]
             scores = (alive_scores.reshape(A * K, 1) + log_probs).reshape(A, K * V)
@@ -208,7 +235,8 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
                 flat, active = flat[going], active[going]                # (A', K), (A',)
                 alive_scores, alive_tokens = alive_scores[going], alive_tokens[going]
             flat = flat.reshape(-1)                                      # (A'·K,)
-            cache.reorder(flat)
+            if cache is not None:
+                cache.reorder(flat)
             memory, src_mask = memory[flat], src_mask[flat]
 
         # Sentences that reached the limit without a finished hypothesis: their best prefix.

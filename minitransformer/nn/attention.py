@@ -4,7 +4,9 @@
     head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),      d_k = d_v = d_model / h
 
 The h projections of width d_k are computed as one projection of width d_model and split into
-heads by a reshape, so all heads run as one batched matmul over (batch, heads).
+heads by a reshape, so all heads run as one batched matmul over (batch, heads). In self-
+attention W^Q, W^K and W^V (and in cross-attention W^K and W^V) are stacked into one matrix, so
+the projections of one input are one matmul: the same numbers, fewer and larger products.
 
     B batch   T query length   S key length   C d_model   H heads   D = C / H
 """
@@ -56,6 +58,15 @@ class MultiHeadAttention(Module):
         x = x.reshape(B, L, self.n_heads, self.d_head)               # (B, L, H, D)
         return x.transpose(0, 2, 1, 3)                               # (B, H, L, D)
 
+    def _project(self, x: Any, *layers: Linear) -> list[Any]:
+        """x (B, L, C) through several projections at once: their weights stacked into one
+        (n·C, C) matrix make one matmul instead of n, whose output is split and into heads.
+        Gradients flow back through the stacking to each layer's own weight and bias."""
+        weight = F.concat([layer.weight for layer in layers], axis=0)  # (n·C, C)
+        bias = F.concat([layer.bias for layer in layers], axis=0)      # (n·C,)
+        projected = F.linear(x, weight, bias)                          # (B, L, n·C)
+        return [self._split_heads(part) for part in F.split(projected, len(layers), axis=-1)]
+
     def forward(self, query: Any, key: Any, value: Any, mask: Any = None,
                 cache: KVCache | None = None, static_kv: bool = False,
                 return_weights: bool = False) -> Any:
@@ -70,12 +81,19 @@ class MultiHeadAttention(Module):
             raise ValueError(f"attention expects queries of shape (batch, length, {self.d_model}),"
                              f" got {query.shape}.")
         B, T, C = query.shape
-        q = self._split_heads(self.w_q(query))                       # (B, H, T, D)
         if cache is not None and static_kv and cache.k is not None:
+            q = self._split_heads(self.w_q(query))                   # (B, H, T, D)
             k, v = cache.k, cache.v                                  # (B, H, S, D)
         else:
-            k = self._split_heads(self.w_k(key))                     # (B, H, S_new, D)
-            v = self._split_heads(self.w_v(value))
+            if key is query and value is query:  # self-attention: Q, K, V in one matmul
+                q, k, v = self._project(query, self.w_q, self.w_k, self.w_v)
+            else:
+                q = self._split_heads(self.w_q(query))
+                if value is key:                 # cross-attention: K and V in one matmul
+                    k, v = self._project(key, self.w_k, self.w_v)
+                else:
+                    k = self._split_heads(self.w_k(key))
+                    v = self._split_heads(self.w_v(value))
             if cache is not None and not static_kv and cache.k is not None:
                 k = F.concat([cache.k, k], axis=2)                   # (B, H, S, D)
                 v = F.concat([cache.v, v], axis=2)
