@@ -37,6 +37,7 @@ from .. import backend
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
 from ._broadcast import broadcast_shapes
+from ._reduce import sum_last
 from .indexing import on_device_of
 
 
@@ -66,7 +67,7 @@ class ScaledDotProductAttention(Function):
         P -= row_max
         xp.exp(P, out=P)
         # 5. P = e / Σ e, with the sum of a fully masked row replaced by 1 (0 / 1 = 0)
-        denom = P.sum(axis=-1, keepdims=True)                           # (..., T, 1)
+        denom = sum_last(P)[..., None]                                  # (..., T, 1)
         denom[denom == 0] = 1
         P /= denom
         # 6. out = P V
@@ -90,7 +91,7 @@ class ScaledDotProductAttention(Function):
             # The row sum is the shorter rowsum(dout ∘ out) over Dv instead of S:
             # Σ_j P_ij dP_ij = Σ_j P_ij (dout_i · v_j) = dout_i · Σ_j P_ij v_j = dout_i · out_i.
             # (masked entries and fully masked rows have P = 0, hence dS = 0)
-            dS -= (dout * out).sum(axis=-1, keepdims=True)             # (..., T, S)
+            dS -= sum_last(dout * out)[..., None]                       # (..., T, S)
             dS *= P
             # fwd 1: S = Q Kᵀ / √D  ->  dQ = dS K / √D,  dK = dSᵀ Q / √D
             if self.needs_input_grad[0]:

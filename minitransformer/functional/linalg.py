@@ -18,6 +18,7 @@ from __future__ import annotations
 from .. import backend
 from ..autograd.function import Function
 from ._broadcast import broadcast_shapes, sum_to
+from ._reduce import sum_rows
 
 
 class MatMul(Function):
@@ -107,7 +108,7 @@ class Linear(Function):
         dx = dW = db = None
         # fwd 3: y = y + b  ->  db = Σ_rows dout (b was broadcast over the N rows)
         if self.has_bias and self.needs_input_grad[2]:
-            db = dout2.sum(axis=0)                                      # (C_out,)
+            db = sum_rows(dout2)                                        # (C_out,)
         # fwd 2: y = x Wᵀ  ->  dx = dout W,  dW = doutᵀ x
         if self.needs_input_grad[1]:
             dW = xp.matmul(dout2.T, x2)                                 # (C_out, C_in)

@@ -19,7 +19,7 @@ Backward: log p_v = z_v - logsumexp(z), so ∂log p_v/∂z_j = δ_vj - p_j and
 
 Fusing the two steps avoids ever forming 1/p (which overflows where p underflows). Forward
 keeps e = exp(z - max z) and its row sums, so p = e / Σe costs backward one pass, and the loss
-itself needs only log Σe: -log p_v = logsumexp(z) - z_v. With no real token at all (a batch
+itself needs only log Σe: -log p_v = log Σe - (z_v - max z). With no real token at all (a batch
 of padding) the loss and its gradient are 0 rather than 0/0.
 
 Dimensions: logits (..., V), V the vocabulary; targets (...) integer, typically (B, T);
@@ -31,6 +31,7 @@ from __future__ import annotations
 from .. import backend
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
+from ._reduce import sum_last
 from .indexing import on_device_of
 
 
@@ -60,24 +61,24 @@ class CrossEntropy(Function):
             real = t != self.ignore_index                               # (N_rows,)
         t_safe = xp.where(real, t, 0)[:, None]                          # (N_rows, 1)
         self._check_targets(t_safe, V)
-        # 2. the stable log-sum-exp, lse = m + log Σ exp(z - m), in one buffer e:
-        #    -log p_v = lse - z_v, so log p itself is never formed
-        row_max = z.max(axis=-1, keepdims=True)                         # (N_rows, 1)
-        e = xp.subtract(z, row_max)                                     # (N_rows, V)
+        # 2. with m = max_v z_v and e = exp(z - m) (one buffer): log p_v = (z_v - m) - log Σe,
+        #    so -log p_v = log Σe - (z_v - m), and log p itself is never formed
+        row_max = z.max(axis=-1)                                        # (N_rows,)
+        e = xp.subtract(z, row_max[:, None])                            # (N_rows, V)
         xp.exp(e, out=e)                                                # e = exp(z - m)
-        sum_e = e.sum(axis=-1, keepdims=True)                           # (N_rows, 1)
-        lse = (row_max + xp.log(sum_e))[:, 0]                           # (N_rows,)
+        sum_e = sum_last(e)                                             # (N_rows,)
+        log_sum = xp.log(sum_e)                                         # (N_rows,)
         # 3. ℓ = (1 - ε)(-log p_y) + ε (-mean_v log p_v)
-        #      = (1 - ε)(lse - z_y) + ε (lse - mean_v z_v)
+        #      = (1 - ε)(log Σe - (z_y - m)) + ε (log Σe - (mean_v z_v - m))
         z_y = xp.take_along_axis(z, t_safe, axis=-1)[:, 0]              # (N_rows,)
-        loss_rows = (1.0 - self.eps) * (lse - z_y)
+        loss_rows = (1.0 - self.eps) * (log_sum - (z_y - row_max))
         if self.eps:
-            loss_rows = loss_rows + self.eps * (lse - z.mean(axis=-1))  # (N_rows,)
+            loss_rows += self.eps * (log_sum - (sum_last(z) / V - row_max))  # (N_rows,)
         # 4. L = Σ_real ℓ / N, with N = max(number of real tokens, 1): 0, not 0/0, if none
         n_real = xp.maximum(real.sum(), 1).astype(logits.dtype)        # ()
         loss = xp.asarray((loss_rows * real).sum() / n_real)            # ()
         # backward needs p = e / Σe: keep e and the sums, not a normalised copy
-        self.saved = (e, sum_e, t_safe, real, n_real)
+        self.saved = (e, sum_e[:, None], t_safe, real, n_real)
         self.logits_shape = logits.shape
         return loss
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..autograd.function import Function
+from ._reduce import sum_last, sum_rows
 
 
 class LayerNorm(Function):
@@ -40,11 +41,11 @@ class LayerNorm(Function):
         xp = backend.get_array_module(x)
         # Two (..., C) buffers: x̂ and y (which holds (x - μ)² until step 4).
         # 1. μ = mean(x) over the features
-        mean = x.mean(axis=-1, keepdims=True)                           # (..., 1)
+        mean = sum_last(x)[..., None] / C                              # (..., 1)
         # 2. σ² = mean((x - μ)²), rstd = 1 / √(σ² + eps)
         x_hat = x - mean                                                # (..., C) = x - μ
         y = xp.multiply(x_hat, x_hat)                                   # (..., C) = (x - μ)²
-        rstd = 1.0 / xp.sqrt(y.mean(axis=-1, keepdims=True) + self.eps)  # (..., 1)
+        rstd = 1.0 / xp.sqrt(sum_last(y)[..., None] / C + self.eps)    # (..., 1)
         # 3. x̂ = (x - μ) · rstd
         x_hat *= rstd                                                   # (..., C)
         # 4. y = gain ∘ x̂ + bias
@@ -61,9 +62,9 @@ class LayerNorm(Function):
         # fwd 4: y = gain ∘ x̂ + bias  ->  dgain = Σ_rows dout ∘ x̂, dbias = Σ_rows dout
         dout_x_hat = dout * x_hat                                       # (..., C)
         if self.needs_input_grad[1]:
-            dgain = dout_x_hat.reshape(-1, C).sum(axis=0)              # (C,)
+            dgain = sum_rows(dout_x_hat.reshape(-1, C))                # (C,)
         if self.needs_input_grad[2]:
-            dbias = dout.reshape(-1, C).sum(axis=0)                    # (C,)
+            dbias = sum_rows(dout.reshape(-1, C))                      # (C,)
         if self.needs_input_grad[0]:
             #                               dx̂ = g = dout ∘ gain
             # fwd 3-1: x̂ = (x - μ) · rstd  ->  dx = rstd (g - mean(g) - x̂ mean(g ∘ x̂))
