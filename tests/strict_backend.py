@@ -33,6 +33,7 @@ Deliberately stricter than CuPy:
 
 from __future__ import annotations
 
+import contextlib
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -139,6 +140,21 @@ def _wrap_attribute(attr: Any) -> Any:
     return _wrap(attr)
 
 
+_OBSERVERS: list[Callable[[numpy.ndarray], None]] = []
+
+
+@contextlib.contextmanager
+def created_dtypes() -> Iterator[set[numpy.dtype]]:
+    """The dtypes of every array the strict device creates inside the block (results of
+    operators, ufuncs, reductions, matmuls and ``xp`` functions, temporaries included)."""
+    seen: set[numpy.dtype] = set()
+    _OBSERVERS.append(lambda array: seen.add(array.dtype))
+    try:
+        yield seen
+    finally:
+        _OBSERVERS.pop()
+
+
 class StrictArray:
     """A NumPy array that behaves like a ``cupy.ndarray``: see the module docstring."""
 
@@ -149,6 +165,8 @@ class StrictArray:
         if not isinstance(array, numpy.ndarray):
             raise TypeError(f"StrictArray wraps a numpy.ndarray, not {type(array)}.")
         self._a = array
+        for observe in _OBSERVERS:
+            observe(array)
 
     # -- leaving the "device": only explicitly
     def get(self) -> numpy.ndarray:
