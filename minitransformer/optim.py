@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from . import backend
+from .functional import _cuda
 from .nn.module import Parameter
 
 
@@ -52,6 +53,9 @@ class Adam:
             if p.grad is None:
                 continue
             g, xp = p.grad, p.xp
+            if _cuda.is_cupy(xp):  # the whole update in one kernel
+                _cuda.adam_(p.data, g, m, v, beta1, beta2, step_size, eps_hat)
+                continue
             # Every operation writes into m, v, p.data or one scratch buffer of p's shape
             # (shared by all parameters on a device): no temporaries, g left untouched.
             scratch = self._scratch_for(p)

@@ -25,3 +25,67 @@ def test_every_gradcheck_case_passes_on_the_gpu(case):
     mt.use("cuda")
     report = run_case(case)
     assert report.passed, report
+
+
+# ------------------------------------------------------- fused kernels against the NumPy path
+
+@pytest.mark.parametrize("layer", ["layer_norm", "attention", "cross_entropy"])
+def test_fused_kernels_agree_with_the_numpy_path(layer):
+    from minitransformer import functional as F
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 5, 8)).astype(np.float32)
+    if layer == "layer_norm":
+        gain = rng.standard_normal(8).astype(np.float32)
+        bias = rng.standard_normal(8).astype(np.float32)
+        def op(a, g, b):
+            return F.layer_norm(a, g, b)
+        inputs = (x, gain, bias)
+    elif layer == "attention":
+        mask = np.tril(np.ones((5, 5), bool))
+        mask[2] = False                                           # a fully masked row
+        def op(q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, mt.tensor(mask).to(q.device))
+        inputs = (x, x[::-1].copy(), x * 2)
+    else:
+        targets = rng.integers(0, 8, size=(3, 5))
+        targets[0, 1] = 0
+        def op(z):
+            return F.cross_entropy(z, mt.tensor(targets).to(z.device), 0.1, ignore_index=0)
+        inputs = (x,)
+    results = []
+    for device in ("cpu", "cuda"):
+        mt.use(device)
+        tensors = [mt.tensor(a, device=device, requires_grad=True) for a in inputs]
+        out = op(*tensors)
+        out.sum().backward()
+        results.append([out.to("cpu").numpy()] + [t.grad.get() if device == "cuda" else t.grad
+                                                   for t in tensors])
+    mt.use("cpu")
+    for cpu, gpu in zip(*results, strict=True):
+        np.testing.assert_allclose(gpu, cpu, rtol=1e-4, atol=1e-5)
+
+
+def test_fused_dropout_and_adam_agree_with_the_numpy_path():
+    from minitransformer import functional as F
+    from minitransformer.nn.module import Parameter
+    from minitransformer.optim import Adam
+    x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    mt.use("cuda")
+    t = mt.tensor(x, device="cuda", requires_grad=True)
+    y = F.dropout(t, 0.25)
+    y.sum().backward()
+    kept = y.to("cpu").numpy() != 0
+    np.testing.assert_allclose(y.to("cpu").numpy()[kept], x[kept] / 0.75, rtol=1e-6)
+    np.testing.assert_allclose(t.grad.get(), kept / 0.75, rtol=1e-6)
+    assert 0.6 < kept.mean() < 0.9
+    params = {}
+    for device in ("cpu", "cuda"):
+        mt.use(device)
+        p = Parameter(mt.tensor(x, device=device).data)
+        optimizer = Adam([p], lr=1e-2)
+        for _ in range(3):
+            p.grad = p.data * 0.5
+            optimizer.step()
+        params[device] = p.data.get() if device == "cuda" else p.data
+    mt.use("cpu")
+    np.testing.assert_allclose(params["cuda"], params["cpu"], rtol=1e-5, atol=1e-7)

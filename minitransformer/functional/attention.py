@@ -36,6 +36,7 @@ import math
 from .. import backend
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
+from . import _cuda
 from ._broadcast import broadcast_shapes
 from ._reduce import sum_last
 from .indexing import on_device_of
@@ -53,23 +54,12 @@ class ScaledDotProductAttention(Function):
         xp = backend.get_array_module(q)
         D = q.shape[-1]
         scale = 1.0 / math.sqrt(D)
-        # Steps 2-5 work in place on the one (..., T, S) buffer that step 1 allocates.
-        # 1. S = Q Kᵀ / √D
+        # Steps 1-5 work in place on the one (..., T, S) buffer of the products Q Kᵀ.
         P = xp.matmul(q, xp.swapaxes(k, -1, -2))                        # (..., T, S)
-        P *= scale
-        # 2. S = -∞ where the mask forbids the connection
-        if mask is not None:
-            xp.copyto(P, xp.asarray(-math.inf, dtype=P.dtype), where=~mask)
-        # 3. row maximum, 0 for a fully masked row (so exp sees -∞ - 0, never -∞ - (-∞))
-        row_max = P.max(axis=-1, keepdims=True)                         # (..., T, 1)
-        row_max[row_max == -math.inf] = 0
-        # 4. e = exp(S - max): masked entries are exp(-∞) = 0 exactly
-        P -= row_max
-        xp.exp(P, out=P)
-        # 5. P = e / Σ e, with the sum of a fully masked row replaced by 1 (0 / 1 = 0)
-        denom = sum_last(P)[..., None]                                  # (..., T, 1)
-        denom[denom == 0] = 1
-        P /= denom
+        if _cuda.is_cupy(xp):  # steps 1-5 in three kernels and a row maximum
+            P = _cuda.masked_softmax_(P, mask, scale)
+        else:
+            P = _masked_softmax_(xp, P, mask, scale)
         # 6. out = P V
         out = xp.matmul(P, v)                                           # (..., T, Dv)
         self.saved = (q, k, v, P, out)
@@ -91,8 +81,12 @@ class ScaledDotProductAttention(Function):
             # The row sum is the shorter rowsum(dout ∘ out) over Dv instead of S:
             # Σ_j P_ij dP_ij = Σ_j P_ij (dout_i · v_j) = dout_i · Σ_j P_ij v_j = dout_i · out_i.
             # (masked entries and fully masked rows have P = 0, hence dS = 0)
-            dS -= sum_last(dout * out)[..., None]                       # (..., T, S)
-            dS *= P
+            delta = sum_last(dout * out)[..., None]                     # (..., T, 1)
+            if _cuda.is_cupy(xp):
+                dS = _cuda.softmax_backward_(dS, P, delta)              # one kernel
+            else:
+                dS -= delta                                             # (..., T, S)
+                dS *= P
             # fwd 1: S = Q Kᵀ / √D  ->  dQ = dS K / √D,  dK = dSᵀ Q / √D
             if self.needs_input_grad[0]:
                 dq = xp.matmul(dS, k)                                   # (..., T, D)
@@ -101,6 +95,26 @@ class ScaledDotProductAttention(Function):
                 dk = xp.matmul(xp.swapaxes(dS, -1, -2), q)              # (..., S, D)
                 dk *= self.scale
         return (dq, dk, dv, None) if self.has_mask else (dq, dk, dv)
+
+
+def _masked_softmax_(xp, P, mask, scale):
+    """Steps 1-5 of forward on the raw products P = Q Kᵀ (..., T, S), in place."""
+    # 1. S = Q Kᵀ / √D
+    P *= scale
+    # 2. S = -∞ where the mask forbids the connection
+    if mask is not None:
+        xp.copyto(P, xp.asarray(-math.inf, dtype=P.dtype), where=~mask)
+    # 3. row maximum, 0 for a fully masked row (so exp sees -∞ - 0, never -∞ - (-∞))
+    row_max = P.max(axis=-1, keepdims=True)                             # (..., T, 1)
+    row_max[row_max == -math.inf] = 0
+    # 4. e = exp(S - max): masked entries are exp(-∞) = 0 exactly
+    P -= row_max
+    xp.exp(P, out=P)
+    # 5. P = e / Σ e, with the sum of a fully masked row replaced by 1 (0 / 1 = 0)
+    denom = sum_last(P)[..., None]                                      # (..., T, 1)
+    denom[denom == 0] = 1
+    P /= denom
+    return P
 
 
 def _check_shapes(q, k, v, mask) -> None:

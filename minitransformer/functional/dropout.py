@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..autograd.function import Function
+from . import _cuda
 
 
 class Dropout(Function):
@@ -32,6 +33,9 @@ class Dropout(Function):
     def forward(self, x):
         # 1. keep = [u >= p], u uniform in [0, 1)
         u = backend.rng(backend.device_of(x)).random(x.shape, dtype="float32")
+        if _cuda.is_cupy(backend.get_array_module(x)):  # steps 1-2 in one kernel
+            y, self.saved = _cuda.dropout_forward(x, u, self.p)
+            return y
         keep = u >= self.p
         # 2. y = x ∘ keep / (1 - p)
         y = x * keep                                                    # a new array,
@@ -42,6 +46,8 @@ class Dropout(Function):
     def backward(self, dout):
         keep = self.saved
         # fwd 2: y = x ∘ keep / (1 - p)  ->  dx = dout ∘ keep / (1 - p)
+        if _cuda.is_cupy(backend.get_array_module(dout)):
+            return _cuda.dropout_backward(dout, keep, self.p)
         dx = dout * keep
         dx *= 1.0 / (1.0 - self.p)
         return dx

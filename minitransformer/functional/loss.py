@@ -31,6 +31,7 @@ from __future__ import annotations
 from .. import backend
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
+from . import _cuda
 from ._reduce import sum_last
 from .indexing import on_device_of
 
@@ -63,10 +64,14 @@ class CrossEntropy(Function):
         self._check_targets(t_safe, V)
         # 2. with m = max_v z_v and e = exp(z - m) (one buffer): log p_v = (z_v - m) - log Σe,
         #    so -log p_v = log Σe - (z_v - m), and log p itself is never formed
-        row_max = z.max(axis=-1)                                        # (N_rows,)
-        e = xp.subtract(z, row_max[:, None])                            # (N_rows, V)
-        xp.exp(e, out=e)                                                # e = exp(z - m)
-        sum_e = sum_last(e)                                             # (N_rows,)
+        if _cuda.is_cupy(xp):  # m and Σe in two reductions, e itself never stored
+            e = None
+            row_max, sum_e = _cuda.cross_entropy_statistics(z)          # (N_rows,) each
+        else:
+            row_max = z.max(axis=-1)                                    # (N_rows,)
+            e = xp.subtract(z, row_max[:, None])                        # (N_rows, V)
+            xp.exp(e, out=e)                                            # e = exp(z - m)
+            sum_e = sum_last(e)                                         # (N_rows,)
         log_sum = xp.log(sum_e)                                         # (N_rows,)
         # 3. ℓ = (1 - ε)(-log p_y) + ε (-mean_v log p_v)
         #      = (1 - ε)(log Σe - (z_y - m)) + ε (log Σe - (mean_v z_v - m))
@@ -77,8 +82,9 @@ class CrossEntropy(Function):
         # 4. L = Σ_real ℓ / N, with N = max(number of real tokens, 1): 0, not 0/0, if none
         n_real = xp.maximum(real.sum(), 1).astype(logits.dtype)        # ()
         loss = xp.asarray((loss_rows * real).sum() / n_real)            # ()
-        # backward needs p = e / Σe: keep e and the sums, not a normalised copy
-        self.saved = (e, sum_e[:, None], t_safe, real, n_real)
+        # backward needs p = e / Σe: keep e and the sums, not a normalised copy (the GPU
+        # kernel recomputes e from z in its single pass)
+        self.saved = (z if e is None else e, row_max, sum_e[:, None], t_safe, real, n_real)
         self.logits_shape = logits.shape
         return loss
 
@@ -101,11 +107,14 @@ class CrossEntropy(Function):
                          f"logits (valid ids 0..{V - 1}{allowed}).")
 
     def backward(self, dout):
-        e, sum_e, t_safe, real, n_real = self.saved
+        e, row_max, sum_e, t_safe, real, n_real = self.saved
         xp = backend.get_array_module(dout)
         V = e.shape[-1]
         # fwd 4: L = Σ_real ℓ / N  ->  every real row is scaled by dout / N, ignored ones by 0
         row_scale = (real * (dout / n_real))[:, None]                   # (N_rows, 1)
+        if _cuda.is_cupy(xp):  # e holds the logits z here: one kernel computes all of dz
+            dz = _cuda.cross_entropy_backward(e, row_max, sum_e, row_scale, t_safe, self.eps)
+            return dz.reshape(self.logits_shape), None
         # fwd 2-3: ℓ = -Σ_v q_v log p_v  ->  dz = p - q,  q = (1 - ε) onehot(y) + ε / V
         # in two passes over (N_rows, V): dz = e · (scale / Σe) - scale · ε / V, then the
         # target entry of every row loses scale · (1 - ε)

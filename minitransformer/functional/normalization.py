@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..autograd.function import Function
+from . import _cuda
 from ._reduce import sum_last, sum_rows
 
 
@@ -39,6 +40,10 @@ class LayerNorm(Function):
                 raise ValueError(f"layer_norm: {name} of shape {tuple(param.shape)} does not fit "
                                  f"the input of shape {tuple(x.shape)}: it must be (C,) = ({C},).")
         xp = backend.get_array_module(x)
+        if _cuda.is_cupy(xp):  # steps 1-4 in two kernels and a mean
+            y, x_hat, rstd = _cuda.layer_norm_forward(x, gain, bias, self.eps)
+            self.saved = (x_hat, rstd, gain)
+            return y
         # Two (..., C) buffers: x̂ and y (which holds (x - μ)² until step 4).
         # 1. μ = mean(x) over the features
         mean = sum_last(x)[..., None] / C                              # (..., 1)
@@ -65,7 +70,9 @@ class LayerNorm(Function):
             dgain = sum_rows(dout_x_hat.reshape(-1, C))                # (C,)
         if self.needs_input_grad[2]:
             dbias = sum_rows(dout.reshape(-1, C))                      # (C,)
-        if self.needs_input_grad[0]:
+        if self.needs_input_grad[0] and _cuda.is_cupy(xp):
+            dx = _cuda.layer_norm_backward(dout, gain, x_hat, rstd)    # one kernel
+        elif self.needs_input_grad[0]:
             #                               dx̂ = g = dout ∘ gain
             # fwd 3-1: x̂ = (x - μ) · rstd  ->  dx = rstd (g - mean(g) - x̂ mean(g ∘ x̂))
             # Both means are matrix-vector products with gain, without forming g ∘ x̂:
