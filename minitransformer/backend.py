@@ -285,3 +285,25 @@ def host_rng() -> numpy.random.Generator:
     if "host" not in _rngs:
         _rngs["host"] = numpy.random.default_rng(_seed)
     return _rngs["host"]
+
+
+# ----------------------------------------------------------------------------- memory
+
+def memory_stats(device: str | None = None) -> dict[str, int]:
+    """What ``device`` (default: current) holds, in bytes.
+
+    On the GPU, CuPy's memory pool: ``used_bytes`` by live arrays and ``pool_bytes`` held in
+    all (freed blocks stay in the pool and serve the next step's arrays of the same size,
+    so a training step allocates from the driver only during the first one; release them
+    with ``cupy.get_default_memory_pool().free_all_blocks()``). On the CPU, the process's
+    peak resident memory so far, ``peak_rss_bytes``.
+    """
+    backend = get_backend(device)
+    if backend.name == "cuda":
+        pool = backend.xp.get_default_memory_pool()
+        return {"used_bytes": int(pool.used_bytes()), "pool_bytes": int(pool.total_bytes())}
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"peak_rss_bytes": int(peak if sys.platform == "darwin" else peak * 1024)}

@@ -110,3 +110,10 @@ def test_host_rng_is_shared_by_every_device():
 def test_bad_seed_is_refused():
     with pytest.raises(ValueError, match="non-negative integer"):
         mt.manual_seed(-1)
+
+
+def test_memory_stats_report_the_peak_resident_memory_on_the_cpu():
+    before = backend.memory_stats("cpu")["peak_rss_bytes"]
+    block = np.ones(64 * 2**20 // 8)  # 64 MiB touched
+    after = backend.memory_stats("cpu")["peak_rss_bytes"]
+    assert block.sum() > 0 and after >= before > 10 * 2**20

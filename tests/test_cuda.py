@@ -89,3 +89,11 @@ def test_fused_dropout_and_adam_agree_with_the_numpy_path():
         params[device] = p.data.get() if device == "cuda" else p.data
     mt.use("cpu")
     np.testing.assert_allclose(params["cuda"], params["cpu"], rtol=1e-5, atol=1e-7)
+
+
+def test_memory_stats_report_the_cupy_pool():
+    mt.use("cuda")
+    x = mt.zeros(1024, 1024)
+    stats = mt.backend.memory_stats()
+    mt.use("cpu")
+    assert stats["used_bytes"] >= x.data.nbytes and stats["pool_bytes"] >= stats["used_bytes"]

@@ -12,7 +12,7 @@ kernel against it on a GPU.
 
 Kernels are compiled on first use and cached by CuPy. CuPy's memory pool keeps the blocks of
 freed arrays for the next step, so after the first step a training step allocates nothing
-from the driver; ``backend.memory_stats`` reports the pool's use.
+from the driver; ``backend.memory_stats("cuda")`` reports the pool's use.
 """
 
 from __future__ import annotations
