@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..autograd.function import Function
+from . import _workspace
 from ._broadcast import broadcast_shapes, sum_to
 from ._reduce import sum_rows
 
@@ -92,7 +93,8 @@ class Linear(Function):
         # 1. flatten the leading axes: one (N, C_in) @ (C_in, C_out) product
         x2 = x.reshape(-1, C_in)                                        # (N, C_in)
         # 2. y = x Wᵀ
-        y2 = xp.matmul(x2, weight.T)                                    # (N, C_out)
+        y2 = _workspace.empty((x2.shape[0], C_out), x.dtype, xp)        # (N, C_out)
+        xp.matmul(x2, weight.T, out=y2)
         # 3. y = y + b
         if bias is not None:
             y2 += bias                        # in place: y2 is the product's new array

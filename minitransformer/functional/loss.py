@@ -31,7 +31,8 @@ from __future__ import annotations
 from .. import backend
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
-from . import _cuda
+from . import _cuda, _workspace
+from ._blocks import for_blocks
 from ._reduce import sum_last
 from .indexing import on_device_of
 
@@ -68,10 +69,16 @@ class CrossEntropy(Function):
             e = None
             row_max, sum_e = _cuda.cross_entropy_statistics(z)          # (N_rows,) each
         else:
-            row_max = z.max(axis=-1)                                    # (N_rows,)
-            e = xp.subtract(z, row_max[:, None])                        # (N_rows, V)
-            xp.exp(e, out=e)                                            # e = exp(z - m)
-            sum_e = sum_last(e)                                         # (N_rows,)
+            e = _workspace.empty(z.shape, z.dtype, xp)                  # (N_rows, V)
+            row_max = xp.empty(z.shape[0], dtype=z.dtype)               # (N_rows,)
+            sum_e = xp.empty_like(row_max)                              # (N_rows,)
+
+            def statistics(rows):  # on a block of rows, while it is in the cache
+                row_max[rows] = z[rows].max(axis=-1)
+                e_rows = xp.subtract(z[rows], row_max[rows, None], out=e[rows])
+                xp.exp(e_rows, out=e_rows)                              # e = exp(z - m)
+                sum_e[rows] = sum_last(e_rows)
+            for_blocks(statistics, z.shape[0], z.shape[1] * z.itemsize, xp)
         log_sum = xp.log(sum_e)                                         # (N_rows,)
         # 3. ℓ = (1 - ε)(-log p_y) + ε (-mean_v log p_v)
         #      = (1 - ε)(log Σe - (z_y - m)) + ε (log Σe - (mean_v z_v - m))
@@ -118,11 +125,16 @@ class CrossEntropy(Function):
         # fwd 2-3: ℓ = -Σ_v q_v log p_v  ->  dz = p - q,  q = (1 - ε) onehot(y) + ε / V
         # in two passes over (N_rows, V): dz = e · (scale / Σe) - scale · ε / V, then the
         # target entry of every row loses scale · (1 - ε)
-        dz = e * (row_scale / sum_e)                                    # (N_rows, V)
-        if self.eps:
-            dz -= row_scale * (self.eps / V)
-        rows = xp.arange(dz.shape[0])
-        dz[rows, t_safe[:, 0]] -= row_scale[:, 0] * (1.0 - self.eps)
+        dz = _workspace.empty(e.shape, e.dtype, xp)                     # (N_rows, V)
+        scale_p, smooth = row_scale / sum_e, row_scale * (self.eps / V)  # (N_rows, 1) each
+        target_scale = row_scale[:, 0] * (1.0 - self.eps)               # (N_rows,)
+
+        def gradient(rows):  # on a block of rows, while it is in the cache
+            dz_rows = xp.multiply(e[rows], scale_p[rows], out=dz[rows])
+            if self.eps:
+                dz_rows -= smooth[rows]
+            dz_rows[xp.arange(dz_rows.shape[0]), t_safe[rows, 0]] -= target_scale[rows]
+        for_blocks(gradient, dz.shape[0], dz.shape[1] * dz.itemsize, xp)
         return dz.reshape(self.logits_shape), None                      # (..., V)
 
 

@@ -1,0 +1,46 @@
+"""Blocks of rows: how the layers fuse a chain of NumPy operations into one CPU kernel.
+
+A chain such as softmax's max, subtract, exp, sum and divide, written on whole arrays, makes
+one pass over memory per operation, each on one core. Cut into blocks of rows of about
+``BLOCK_BYTES``, the whole chain runs on one block while it sits in the cache, and blocks run
+on every core at once: NumPy releases the GIL inside its loops, so threads work in parallel.
+
+    for_blocks(kernel, n, row_bytes, xp)    calls kernel(rows) for slices rows covering 0..n
+
+``kernel`` reads and writes only its own rows of the arrays it closes over, so the result is
+the same, bit for bit, as one call on all rows. On CuPy there is nothing to gain (the GPU
+kernels are fused in ``_cuda.py``) and the kernel runs once on all rows.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+BLOCK_BYTES = 512 * 1024          # a block of each array a kernel touches stays in cache
+WORKERS = max(1, min(os.cpu_count() or 1, 8))
+_pool: ThreadPoolExecutor | None = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="minitransformer")
+        atexit.register(_pool.shutdown, wait=False)
+    return _pool
+
+
+def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any) -> None:
+    """Run ``kernel(rows)`` over slices of rows 0..n, each about BLOCK_BYTES of one array of
+    ``row_bytes`` per row, spread over the worker threads (one call on CuPy or when small)."""
+    rows_per_block = max(1, BLOCK_BYTES // max(1, row_bytes))
+    if n <= rows_per_block or WORKERS == 1 or getattr(xp, "__name__", "") == "cupy":
+        kernel(slice(0, n))
+        return
+    starts = range(0, n, rows_per_block)
+    blocks = [slice(start, min(start + rows_per_block, n)) for start in starts]
+    for _ in _executor().map(kernel, blocks):  # re-raises the first exception of a kernel
+        pass

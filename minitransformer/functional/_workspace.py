@@ -1,0 +1,55 @@
+"""Reused memory for the largest arrays of a training step on the CPU.
+
+The allocator behind NumPy hands every large block (above glibc's mmap threshold, at most
+32 MiB) back to the operating system when its array is freed, and the next array of that size
+is faulted in again page by page: for the (N, V) logits of the output layer, the softmax of
+the loss and their gradient that is some 400 MB of page faults per step of the `small` model.
+``empty`` keeps those blocks instead (as CuPy's memory pool does on the GPU) and hands one out
+again only when no array refers to it any more, which its reference count tells, so reuse is
+invisible to the code that holds the arrays.
+
+    empty(shape, dtype, xp)   an uninitialised C-contiguous array, from a kept block if one
+                              is free and large enough (NumPy, at least MIN_BYTES), else new
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy
+
+MIN_BYTES = 32 * 2**20     # smaller arrays come back from malloc's own free lists anyway
+MAX_KEPT_BYTES = 2**30     # kept blocks, in use or free, in all
+_blocks: list[numpy.ndarray] = []  # 1-D uint8 buffers
+
+
+def empty(shape: tuple[int, ...], dtype: Any, xp: Any) -> Any:
+    dtype = numpy.dtype(dtype)
+    nbytes = int(numpy.prod(shape)) * dtype.itemsize
+    if xp is not numpy or nbytes < MIN_BYTES:
+        return xp.empty(shape, dtype=dtype)
+    free = [i for i in range(len(_blocks)) if _blocks[i].nbytes >= nbytes and _unused(i)]
+    if free:
+        block = _blocks[min(free, key=lambda i: _blocks[i].nbytes)]
+    else:
+        block = numpy.empty(nbytes, dtype=numpy.uint8)
+        _make_room(nbytes)
+        if sum(b.nbytes for b in _blocks) + nbytes <= MAX_KEPT_BYTES:
+            _blocks.append(block)
+    return block[:nbytes].view(dtype).reshape(shape)
+
+
+def _unused(i: int) -> bool:
+    """True if only the list _blocks refers to block i (getrefcount counts its own argument
+    too). Any array made from the block (a view, a reshape) holds it through its .base."""
+    return sys.getrefcount(_blocks[i]) <= 2
+
+
+def _make_room(nbytes: int) -> None:
+    """Forget free blocks until ``nbytes`` more fit under MAX_KEPT_BYTES."""
+    for i in reversed(range(len(_blocks))):
+        if sum(b.nbytes for b in _blocks) + nbytes <= MAX_KEPT_BYTES:
+            return
+        if _unused(i):
+            del _blocks[i]  # from the highest index down: the other indices stay valid

@@ -1,0 +1,62 @@
+"""The CPU machinery under the fused layers: row blocks run on worker threads give the same
+numbers as one call on all rows, and reused buffers are handed out only when nobody holds
+them."""
+
+import numpy as np
+import pytest
+
+import minitransformer as mt
+from minitransformer import functional as F
+from minitransformer.functional import _blocks, _workspace
+
+
+def _loss_and_grad(logits, targets):
+    x = mt.tensor(logits, requires_grad=True)
+    loss = F.cross_entropy(x, targets, label_smoothing=0.1, ignore_index=0)
+    loss.backward()
+    return loss.item(), x.grad.copy()
+
+
+def test_cross_entropy_in_many_blocks_equals_one_block(monkeypatch):
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((37, 11)).astype(np.float32)
+    targets = rng.integers(0, 11, size=37)
+    one_loss, one_grad = _loss_and_grad(logits, targets)
+    monkeypatch.setattr(_blocks, "BLOCK_BYTES", 3 * 11 * 4)   # 3 rows a block: 13 blocks
+    many_loss, many_grad = _loss_and_grad(logits, targets)
+    assert many_loss == one_loss
+    np.testing.assert_array_equal(many_grad, one_grad)
+
+
+def test_for_blocks_covers_every_row_once():
+    seen = np.zeros(1000, dtype=int)
+
+    def kernel(rows):
+        seen[rows] += 1
+    _blocks.for_blocks(kernel, 1000, _blocks.BLOCK_BYTES // 7, np)
+    assert (seen == 1).all()
+
+
+def test_for_blocks_reraises_a_kernel_error():
+    def kernel(rows):
+        raise ValueError("bad block")
+    with pytest.raises(ValueError, match="bad block"):
+        _blocks.for_blocks(kernel, 10**6, 1024, np)
+
+
+def test_workspace_reuses_a_buffer_only_when_nobody_holds_it():
+    shape = (_workspace.MIN_BYTES // 4 // 64 + 1, 64)         # just above the threshold
+    a = _workspace.empty(shape, "float32", np)
+    b = _workspace.empty(shape, "float32", np)
+    assert not np.shares_memory(a, b)                          # a is held: b is new
+    a[:] = 1.0
+    view = a[:5]
+    del a
+    c = _workspace.empty(shape, "float32", np)
+    assert not np.shares_memory(c, view)                       # a view keeps a's block busy
+    del view, b
+    d = _workspace.empty(shape, "float32", np)
+    assert d.shape == shape and d.dtype == np.float32 and d.flags.c_contiguous
+    assert any(np.shares_memory(d, block) for block in _workspace._blocks)
+    small = _workspace.empty((4, 4), "float32", np)            # below MIN_BYTES: plain empty
+    assert not any(np.shares_memory(small, block) for block in _workspace._blocks)
