@@ -33,14 +33,23 @@ def _executor() -> ThreadPoolExecutor:
     return _pool
 
 
-def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any) -> None:
+def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any,
+               threads: bool = True) -> None:
     """Run ``kernel(rows)`` over slices of rows 0..n, each about BLOCK_BYTES of one array of
-    ``row_bytes`` per row, spread over the worker threads (one call on CuPy or when small)."""
+    ``row_bytes`` per row, spread over the worker threads (one call on CuPy or when small).
+
+    ``threads=False`` runs the blocks one after another, for kernels whose matrix products
+    already use every core through BLAS (two BLAS calls at once would fight for the cores).
+    """
     rows_per_block = max(1, BLOCK_BYTES // max(1, row_bytes))
-    if n <= rows_per_block or WORKERS == 1 or getattr(xp, "__name__", "") == "cupy":
+    if n <= rows_per_block or getattr(xp, "__name__", "") == "cupy":
         kernel(slice(0, n))
         return
     starts = range(0, n, rows_per_block)
     blocks = [slice(start, min(start + rows_per_block, n)) for start in starts]
+    if not threads or WORKERS == 1:
+        for rows in blocks:
+            kernel(rows)
+        return
     for _ in _executor().map(kernel, blocks):  # re-raises the first exception of a kernel
         pass

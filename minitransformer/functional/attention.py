@@ -37,6 +37,7 @@ from .. import backend
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
 from . import _cuda
+from ._blocks import for_blocks
 from ._broadcast import broadcast_shapes
 from ._reduce import sum_last
 from .indexing import on_device_of
@@ -54,14 +55,21 @@ class ScaledDotProductAttention(Function):
         xp = backend.get_array_module(q)
         D = q.shape[-1]
         scale = 1.0 / math.sqrt(D)
-        # Steps 1-5 work in place on the one (..., T, S) buffer of the products Q Kᵀ.
-        P = xp.matmul(q, xp.swapaxes(k, -1, -2))                        # (..., T, S)
-        if _cuda.is_cupy(xp):  # steps 1-5 in three kernels and a row maximum
+        if _cuda.is_cupy(xp):  # steps 2-5 in three kernels and a row maximum
+            P = xp.matmul(q, xp.swapaxes(k, -1, -2))                    # (..., T, S)
             P = _cuda.masked_softmax_(P, mask, scale)
-        else:
-            P = _masked_softmax_(xp, P, mask, scale)
-        # 6. out = P V
-        out = xp.matmul(P, v)                                           # (..., T, Dv)
+            out = xp.matmul(P, v)                                       # (..., T, Dv)
+        else:  # all steps on one block of the leading axis at a time, while it is in cache
+            P = xp.empty(q.shape[:-1] + (k.shape[-2],), dtype=q.dtype)  # (..., T, S)
+            out = xp.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)  # (..., T, Dv)
+
+            def attend(rows):
+                # 1. S = Q Kᵀ / √D, in place in P (steps 2-5 too)
+                p = xp.matmul(q[rows], xp.swapaxes(k[rows], -1, -2), out=P[rows])
+                _masked_softmax_(xp, p, _block_of(mask, rows, P.ndim), scale)
+                # 6. out = P V
+                xp.matmul(p, v[rows], out=out[rows])
+            _for_leading_blocks(attend, P, xp)
         self.saved = (q, k, v, P, out)
         self.scale, self.has_mask = scale, mask is not None
         if self.keep_weights:
@@ -71,30 +79,56 @@ class ScaledDotProductAttention(Function):
     def backward(self, dout):
         q, k, v, P, out = self.saved
         xp = backend.get_array_module(dout)
-        dq = dk = dv = None
-        # fwd 6: out = P V  ->  dV = Pᵀ dout,  dP = dout Vᵀ
-        if self.needs_input_grad[2]:
-            dv = xp.matmul(xp.swapaxes(P, -1, -2), dout)                # (..., S, Dv)
-        if self.needs_input_grad[0] or self.needs_input_grad[1]:
-            dS = xp.matmul(dout, xp.swapaxes(v, -1, -2))                # (..., T, S) = dP
+        want_dqk = self.needs_input_grad[0] or self.needs_input_grad[1]
+        dq = xp.empty_like(q) if self.needs_input_grad[0] else None
+        dk = xp.empty_like(k) if self.needs_input_grad[1] else None
+        dv = xp.empty_like(v) if self.needs_input_grad[2] else None
+
+        def gradients(rows):  # a block of the leading axis (all of it on the GPU)
+            p, g = P[rows], dout[rows]
+            # fwd 6: out = P V  ->  dV = Pᵀ dout,  dP = dout Vᵀ
+            if dv is not None:
+                xp.matmul(xp.swapaxes(p, -1, -2), g, out=dv[rows])      # (..., S, Dv)
+            if not want_dqk:
+                return
+            dS = xp.matmul(g, xp.swapaxes(v[rows], -1, -2))             # (..., T, S) = dP
             # fwd 5-2: P = softmax(S) per row  ->  dS = P ∘ (dP - rowsum(dP ∘ P)).
             # The row sum is the shorter rowsum(dout ∘ out) over Dv instead of S:
             # Σ_j P_ij dP_ij = Σ_j P_ij (dout_i · v_j) = dout_i · Σ_j P_ij v_j = dout_i · out_i.
             # (masked entries and fully masked rows have P = 0, hence dS = 0)
-            delta = sum_last(dout * out)[..., None]                     # (..., T, 1)
+            delta = sum_last(g * out[rows])[..., None]                  # (..., T, 1)
             if _cuda.is_cupy(xp):
-                dS = _cuda.softmax_backward_(dS, P, delta)              # one kernel
+                dS = _cuda.softmax_backward_(dS, p, delta)              # one kernel
             else:
                 dS -= delta                                             # (..., T, S)
-                dS *= P
+                dS *= p
             # fwd 1: S = Q Kᵀ / √D  ->  dQ = dS K / √D,  dK = dSᵀ Q / √D
-            if self.needs_input_grad[0]:
-                dq = xp.matmul(dS, k)                                   # (..., T, D)
-                dq *= self.scale
-            if self.needs_input_grad[1]:
-                dk = xp.matmul(xp.swapaxes(dS, -1, -2), q)              # (..., S, D)
-                dk *= self.scale
+            if dq is not None:
+                xp.matmul(dS, k[rows], out=dq[rows])                    # (..., T, D)
+                dq[rows] *= self.scale
+            if dk is not None:
+                xp.matmul(xp.swapaxes(dS, -1, -2), q[rows], out=dk[rows])  # (..., S, D)
+                dk[rows] *= self.scale
+        _for_leading_blocks(gradients, P, xp)
         return (dq, dk, dv, None) if self.has_mask else (dq, dk, dv)
+
+
+def _for_leading_blocks(kernel, P, xp):
+    """kernel(rows) over blocks of P's first axis (P (..., T, S) with 3 or more axes), or
+    once with ``...`` for a single (T, S) matrix."""
+    if P.ndim < 3:
+        kernel(Ellipsis)
+    else:
+        # one block after another: the matmuls inside use every core through BLAS
+        for_blocks(kernel, P.shape[0], P[0].nbytes, xp, threads=False)
+
+
+def _block_of(mask, rows, ndim):
+    """The rows of ``mask`` (broadcastable to the scores, ndim axes) for a block ``rows`` of
+    the scores' first axis: all of it where the mask has no such axis or broadcasts it."""
+    if mask is None or rows is Ellipsis or mask.ndim < ndim or mask.shape[0] == 1:
+        return mask
+    return mask[rows]
 
 
 def _masked_softmax_(xp, P, mask, scale):
