@@ -24,6 +24,7 @@ from __future__ import annotations
 from .. import backend
 from ..autograd.function import Function
 from . import _cuda
+from ._blocks import for_blocks
 from ._reduce import sum_last, sum_rows
 
 
@@ -44,20 +45,28 @@ class LayerNorm(Function):
             y, x_hat, rstd = _cuda.layer_norm_forward(x, gain, bias, self.eps)
             self.saved = (x_hat, rstd, gain)
             return y
-        # Two (..., C) buffers: x̂ and y (which holds (x - μ)² until step 4).
-        # 1. μ = mean(x) over the features
-        mean = sum_last(x)[..., None] / C                              # (..., 1)
-        # 2. σ² = mean((x - μ)²), rstd = 1 / √(σ² + eps)
-        x_hat = x - mean                                                # (..., C) = x - μ
-        y = xp.multiply(x_hat, x_hat)                                   # (..., C) = (x - μ)²
-        rstd = 1.0 / xp.sqrt(sum_last(y)[..., None] / C + self.eps)    # (..., 1)
-        # 3. x̂ = (x - μ) · rstd
-        x_hat *= rstd                                                   # (..., C)
-        # 4. y = gain ∘ x̂ + bias
-        xp.multiply(x_hat, gain, out=y)
-        y += bias                                                       # (..., C)
-        self.saved = (x_hat, rstd, gain)
-        return y
+        # Steps 1-4 on blocks of rows on worker threads, into two buffers: x̂ and y (which
+        # holds (x - μ)² until step 4).
+        x2 = x.reshape(-1, C)                                           # (N, C)
+        x_hat, y = xp.empty_like(x2), xp.empty_like(x2)                 # (N, C) each
+        rstd = xp.empty((x2.shape[0], 1), dtype=x.dtype)                # (N, 1)
+
+        def normalize(rows):
+            # 1. μ = mean(x) over the features
+            mean = sum_last(x2[rows])[:, None] / C                      # (n, 1)
+            # 2. σ² = mean((x - μ)²), rstd = 1 / √(σ² + eps)
+            centred = xp.subtract(x2[rows], mean, out=x_hat[rows])      # (n, C) = x - μ
+            squares = xp.multiply(centred, centred, out=y[rows])        # (n, C) = (x - μ)²
+            rstd[rows] = 1.0 / xp.sqrt(sum_last(squares)[:, None] / C + self.eps)
+            # 3. x̂ = (x - μ) · rstd
+            centred *= rstd[rows]                                       # (n, C)
+            # 4. y = gain ∘ x̂ + bias
+            xp.multiply(centred, gain, out=squares)
+            squares += bias
+        for_blocks(normalize, x2.shape[0], C * x.itemsize, xp)
+        shape = x.shape[:-1] + (1,)
+        self.saved = (x_hat.reshape(x.shape), rstd.reshape(shape), gain)
+        return y.reshape(x.shape)                                       # (..., C)
 
     def backward(self, dout):
         x_hat, rstd, gain = self.saved
@@ -77,12 +86,19 @@ class LayerNorm(Function):
             # fwd 3-1: x̂ = (x - μ) · rstd  ->  dx = rstd (g - mean(g) - x̂ mean(g ∘ x̂))
             # Both means are matrix-vector products with gain, without forming g ∘ x̂:
             # mean(g) = (dout · gain) / C,  mean(g ∘ x̂) = ((dout ∘ x̂) · gain) / C
-            mean_g = (dout @ gain)[..., None] / C                       # (..., 1)
-            mean_gx = (dout_x_hat @ gain)[..., None] / C                # (..., 1)
-            dx = dout * gain                                            # (..., C) = g
-            dx -= mean_g
-            dx -= xp.multiply(x_hat, mean_gx, out=dout_x_hat)           # reuses the buffer
-            dx *= rstd
+            d2, x_hat2, rstd2 = dout.reshape(-1, C), x_hat.reshape(-1, C), rstd.reshape(-1, 1)
+            dout_x_hat2 = dout_x_hat.reshape(-1, C)
+            dx = xp.empty_like(d2)                                      # (N, C)
+
+            def input_gradient(rows):  # a block of rows, on a worker thread
+                mean_g = (d2[rows] @ gain)[:, None] / C                 # (n, 1)
+                mean_gx = (dout_x_hat2[rows] @ gain)[:, None] / C       # (n, 1)
+                g = xp.multiply(d2[rows], gain, out=dx[rows])           # (n, C) = g
+                g -= mean_g
+                g -= xp.multiply(x_hat2[rows], mean_gx, out=dout_x_hat2[rows])  # buffer reused
+                g *= rstd2[rows]
+            for_blocks(input_gradient, d2.shape[0], C * dout.itemsize, xp)
+            dx = dx.reshape(dout.shape)
         return dx, dgain, dbias
 
 
