@@ -88,26 +88,28 @@ def greedy_decode(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
         B = src.shape[0]
         cache = model.new_cache() if use_cache else None
         xp = backend.get_array_module(src.data)
-        tokens = xp.full((B, 1), bos_id, dtype=src.dtype)                # (B, 1)
-        prefix = tokens                                                  # (B, t) without cache
-        finished = xp.zeros(B, dtype=bool)
-        steps = []
-        for _ in range(limit):
+        out = xp.full((B, limit), eos_id, dtype=src.dtype)               # (B, limit)
+        active = xp.arange(B)                                            # (A,) still decoding
+        prefix = xp.full((B, 1), bos_id, dtype=src.dtype)                # (A, t): BOS, tokens
+        for t in range(limit):
             if cache is not None:
-                logits = model.decode(tokens, memory, src_mask, cache)   # (B, 1, V)
+                logits = model.decode(prefix[:, -1:], memory, src_mask, cache)  # (A, 1, V)
             else:
-                logits = _decode_prefix(model, prefix, memory, src_mask)  # (B, t, V)
-            tokens = logits.data[:, -1].argmax(axis=-1)[:, None]         # (B, 1)
-            tokens = tokens.astype(src.dtype)
-            steps.append(xp.where(finished, eos_id, tokens[:, 0]))
-            finished |= tokens[:, 0] == eos_id
-            if bool(finished.all()):
+                logits = _decode_prefix(model, prefix, memory, src_mask)  # (A, t+1, V)
+            tokens = logits.data[:, -1].argmax(axis=-1).astype(src.dtype)  # (A,)
+            out[active, t] = tokens
+            going = tokens != eos_id                                     # (A,)
+            n_going = int(going.sum())
+            if n_going == 0:
                 break
-            if cache is None:
-                prefix = xp.concatenate([prefix, tokens], axis=1)        # (B, t + 1)
-    if not steps:
-        return [[] for _ in range(B)]
-    return _strip(backend.to_numpy(xp.stack(steps, axis=1)).tolist(), eos_id)  # (B, steps)
+            prefix = xp.concatenate([prefix, tokens[:, None]], axis=1)   # (A, t+2)
+            if n_going < going.shape[0]:  # finished sentences leave the batch
+                keep = xp.nonzero(going)[0]                              # (A',)
+                active, prefix = active[keep], prefix[keep]
+                memory, src_mask = memory[keep], src_mask[keep]
+                if cache is not None:
+                    cache.reorder(keep)
+    return _strip(backend.to_numpy(out).tolist(), eos_id)                # (B, ≤ limit)
 
 
 def gnmt_length_penalty(length: int, alpha: float) -> float:
@@ -235,9 +237,12 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
                 flat, active = flat[going], active[going]                # (A', K), (A',)
                 alive_scores, alive_tokens = alive_scores[going], alive_tokens[going]
             flat = flat.reshape(-1)                                      # (A'·K,)
+            # The beams of a sentence share its source: memory, source mask and the
+            # cross-attention keys and values need new rows only when sentences leave.
+            if n_done:
+                memory, src_mask = memory[flat], src_mask[flat]
             if cache is not None:
-                cache.reorder(flat)
-            memory, src_mask = memory[flat], src_mask[flat]
+                cache.reorder(flat, cross=bool(n_done))
 
         # Sentences that reached the limit without a finished hypothesis: their best prefix.
         if t == limit and alive_scores.shape[0]:

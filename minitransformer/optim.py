@@ -13,12 +13,14 @@ rising linearly for the first warmup_steps, then decaying with the inverse squar
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from typing import Any
 
 from . import backend
 from .functional import _cuda
+from .functional._blocks import for_element_blocks
 from .nn.module import Parameter
 
 
@@ -57,19 +59,11 @@ class Adam:
                 _cuda.adam_(p.data, g, m, v, beta1, beta2, step_size, eps_hat)
                 continue
             # Every operation writes into m, v, p.data or one scratch buffer of p's shape
-            # (shared by all parameters on a device): no temporaries, g left untouched.
-            scratch = self._scratch_for(p)
-            m *= beta1                                       # m = β₁ m + (1 − β₁) g
-            m += xp.multiply(g, 1 - beta1, out=scratch)
-            v *= beta2                                       # v = β₂ v + (1 − β₂) g²
-            xp.multiply(g, g, out=scratch)
-            scratch *= 1 - beta2
-            v += scratch
-            xp.sqrt(v, out=scratch)                          # θ -= step · m / (√v + ε̂)
-            scratch += eps_hat
-            xp.divide(m, scratch, out=scratch)
-            scratch *= step_size
-            p.data -= scratch
+            # (shared by all parameters on a device): no temporaries, g left untouched. Large
+            # parameters are updated in blocks of elements on worker threads.
+            update = functools.partial(_adam_update, xp=xp, beta1=beta1, beta2=beta2,
+                                       step_size=step_size, eps_hat=eps_hat)
+            for_element_blocks(update, (p.data, g, m, v, self._scratch_for(p)), xp)
 
     def _scratch_for(self, p: Parameter) -> Any:
         """A buffer of p's shape and dtype: a view of the largest parameter's worth of memory,
@@ -103,6 +97,22 @@ class Adam:
                 moments[i] = p.xp.asarray(backend.to_device(saved, p.device), dtype=p.dtype)
         self.step_count = int(state["step_count"])
         self.lr = float(state["lr"])
+
+
+def _adam_update(theta: Any, g: Any, m: Any, v: Any, scratch: Any, xp: Any, beta1: float,
+                 beta2: float, step_size: float, eps_hat: float) -> None:
+    """One Adam update of θ, m and v (all or a block of their elements), in place."""
+    m *= beta1                                               # m = β₁ m + (1 − β₁) g
+    m += xp.multiply(g, 1 - beta1, out=scratch)
+    v *= beta2                                               # v = β₂ v + (1 − β₂) g²
+    xp.multiply(g, g, out=scratch)
+    scratch *= 1 - beta2
+    v += scratch
+    xp.sqrt(v, out=scratch)                                  # θ -= step · m / (√v + ε̂)
+    scratch += eps_hat
+    xp.divide(m, scratch, out=scratch)
+    scratch *= step_size
+    theta -= scratch
 
 
 def noam_rate(step: int, d_model: int, warmup_steps: int = 4000, scale: float = 1.0) -> float:

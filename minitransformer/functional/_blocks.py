@@ -53,3 +53,14 @@ def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any,
         return
     for _ in _executor().map(kernel, blocks):  # re-raises the first exception of a kernel
         pass
+
+
+def for_element_blocks(kernel: Callable[..., Any], arrays: tuple, xp: Any) -> None:
+    """``kernel(*parts)`` on matching blocks of the elements of same-shaped ``arrays`` (flat
+    views, on worker threads) when all are C-contiguous; else once on the whole arrays."""
+    if all(a.flags.c_contiguous for a in arrays):
+        flat = [a.reshape(-1) for a in arrays]                  # views: writes reach arrays
+        itemsize = max(a.itemsize for a in arrays)
+        for_blocks(lambda part: kernel(*(a[part] for a in flat)), flat[0].size, itemsize, xp)
+    else:
+        kernel(*arrays)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from .. import backend
 from ..autograd.function import Function
 from . import _cuda
+from ._blocks import for_element_blocks
 
 
 class Dropout(Function):
@@ -32,24 +33,34 @@ class Dropout(Function):
 
     def forward(self, x):
         # 1. keep = [u >= p], u uniform in [0, 1)
+        xp = backend.get_array_module(x)
         u = backend.rng(backend.device_of(x)).random(x.shape, dtype="float32")
-        if _cuda.is_cupy(backend.get_array_module(x)):  # steps 1-2 in one kernel
+        if _cuda.is_cupy(xp):  # steps 1-2 in one kernel
             y, self.saved = _cuda.dropout_forward(x, u, self.p)
             return y
-        keep = u >= self.p
-        # 2. y = x ∘ keep / (1 - p)
-        y = x * keep                                                    # a new array,
-        y *= 1.0 / (1.0 - self.p)                                       # scaled in place
+        keep, y = xp.empty(x.shape, dtype=bool), xp.empty_like(x)
+
+        def apply(u, keep, x, y):  # on blocks of elements, on worker threads
+            xp.greater_equal(u, self.p, out=keep)
+            # 2. y = x ∘ keep / (1 - p)
+            xp.multiply(x, keep, out=y)
+            y *= 1.0 / (1.0 - self.p)
+        for_element_blocks(apply, (u, keep, x, y), xp)
         self.saved = keep
         return y
 
     def backward(self, dout):
         keep = self.saved
         # fwd 2: y = x ∘ keep / (1 - p)  ->  dx = dout ∘ keep / (1 - p)
-        if _cuda.is_cupy(backend.get_array_module(dout)):
+        xp = backend.get_array_module(dout)
+        if _cuda.is_cupy(xp):
             return _cuda.dropout_backward(dout, keep, self.p)
-        dx = dout * keep
-        dx *= 1.0 / (1.0 - self.p)
+        dx = xp.empty_like(dout)
+
+        def apply(dout, keep, dx):  # on blocks of elements, on worker threads
+            xp.multiply(dout, keep, out=dx)
+            dx *= 1.0 / (1.0 - self.p)
+        for_element_blocks(apply, (dout, keep, dx), xp)
         return dx
 
 

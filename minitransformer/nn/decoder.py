@@ -29,11 +29,14 @@ class DecoderCache:
         self.layers = [(KVCache(), KVCache()) for _ in range(n_layers)]
         self.length = 0  # target positions already decoded
 
-    def reorder(self, index: Any) -> None:
-        """Keep batch rows ``index`` in every layer (beam search)."""
+    def reorder(self, index: Any, cross: bool = True) -> None:
+        """Keep batch rows ``index`` in every layer (beam search). With ``cross=False`` the
+        cross-attention keys and values stay as they are: right when every row of ``index``
+        holds the same source sentence as the row it replaces (beams of one sentence)."""
         for self_cache, cross_cache in self.layers:
             self_cache.reorder(index)
-            cross_cache.reorder(index)
+            if cross:
+                cross_cache.reorder(index)
 
 
 class DecoderLayer(Module):

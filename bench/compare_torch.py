@@ -1,0 +1,771 @@
+"""minitransformer against PyTorch eager: the same Transformer, side by side on one machine.
+
+    python bench/compare_torch.py               # small and base, about 15 minutes on 2 cores
+    python bench/compare_torch.py --quick       # smoke test: small, lengths 16 32, 1 repeat
+    python bench/compare_torch.py --device cuda # both on a GPU (CuPy and CUDA PyTorch)
+
+Needs ``pip install torch==2.13.0`` (only bench/ imports torch). The PyTorch model is
+bench/torch_model.py: idiomatic eager modules, the same architecture, a copy of the weights.
+One run measures, in order:
+
+1. Parity, first: dropout off, a padded batch, logits, loss and every parameter gradient in
+   float64 (relative error < 1e-8) and float32 (< 1e-3). Exits 1 if they disagree.
+2. Training steps (zero grads, forward, label-smoothed loss, backward, Adam), float32, dropout
+   on, source = target length L in --lengths, 4000 // L sentences; the implementations
+   alternate step by step (and which goes first) so that machine noise hits both.
+3. Model FLOPs utilisation: matmul FLOPs per step (``training_flops``) over the step time,
+   divided by NumPy's own float32 matmul rate measured in the same run.
+4. Peak memory of two training steps, each implementation in a fresh subprocess.
+5. Decoding: greedy and beam search, with and without the key/value cache, the same
+   algorithm on both sides (torch_model.py ports minitransformer/decode.py), and a forced
+   length (an EOS id that no step can produce) to see what the cache saves at 50 tokens.
+
+Writes every raw timing as JSON (--output) and the tables as Markdown (--markdown). NumPy's
+BLAS reads its thread count only when it loads, so the script runs itself again with
+OMP/OPENBLAS/MKL_NUM_THREADS set to --threads when the environment says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import functools
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from parity_torch import relative
+from torch_model import TorchTransformer, copy_weights
+from torch_model import beam_search as torch_beam_search
+from torch_model import greedy_decode as torch_greedy_decode
+
+import minitransformer as mt
+from minitransformer import backend
+from minitransformer import functional as F
+from minitransformer.checkpoint import load_checkpoint, restore_model
+from minitransformer.corpus import load_corpus
+from minitransformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from minitransformer.decode import beam_search, greedy_decode
+from minitransformer.nn import Transformer, TransformerConfig
+from minitransformer.optim import Adam
+
+HERE = Path(__file__).resolve().parent
+SHARED = HERE.parents[1] / "shared" / "data" / "multi30k"
+CHECKPOINT = HERE / "results" / "multi30k" / "checkpoints" / "last.npz"
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+IMPLS = ("minitransformer", "torch")
+MiB = 2 ** 20
+
+
+# ----------------------------------------------------------------------------- the models
+
+def build_pair(config: TransformerConfig, device: str, dtype=torch.float32):
+    """A minitransformer Transformer on the current device, and a torch copy of it."""
+    mt.manual_seed(0)
+    ours = Transformer(config)
+    theirs = TorchTransformer(config).to(device=device, dtype=dtype)
+    copy_weights(theirs, ours)
+    return ours, theirs
+
+
+def minitransformer_step(model, optimizer):
+    """One training step on a batch (src, tgt_in, tgt_out) of minitransformer arrays."""
+    def step(batch):
+        src, tgt_in, tgt_out = batch
+        optimizer.zero_grad()
+        logits = model(src, tgt_in)                                     # (B, T, V)
+        loss = F.cross_entropy(logits, tgt_out, label_smoothing=0.1, ignore_index=PAD_ID)
+        loss.backward()
+        optimizer.step()
+    return step
+
+
+def torch_step(model, optimizer):
+    """One training step on a batch (src, tgt_in, tgt_out) of torch tensors."""
+    def step(batch):
+        src, tgt_in, tgt_out = batch
+        optimizer.zero_grad()
+        logits = model(src, tgt_in)                                     # (B, T, V)
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1),
+            label_smoothing=0.1, ignore_index=PAD_ID)
+        loss.backward()
+        optimizer.step()
+    return step
+
+
+def make_steps(ours, theirs) -> dict:
+    """Each implementation's step function, with its own Adam (β 0.9, 0.98; ε 1e-9)."""
+    return {"minitransformer": minitransformer_step(ours, Adam(ours.parameters(), lr=1e-4)),
+            "torch": torch_step(theirs, torch.optim.Adam(theirs.parameters(), lr=1e-4,
+                                                         betas=(0.9, 0.98), eps=1e-9))}
+
+
+def random_batch(rng, vocab_size: int, B: int, L: int) -> tuple:
+    """(src, tgt_in, tgt_out), each (B, L): random ids in [4, V) on the host."""
+    src = rng.integers(4, vocab_size, size=(B, L))
+    tgt = rng.integers(4, vocab_size, size=(B, L + 1))
+    return src, np.ascontiguousarray(tgt[:, :-1]), np.ascontiguousarray(tgt[:, 1:])
+
+
+def to_device(arrays: tuple, impl: str, device: str) -> tuple:
+    """Host arrays as ``impl``'s arrays on ``device``, moved once, outside the timings."""
+    if impl == "torch":
+        return tuple(torch.as_tensor(a, device=device) for a in arrays)
+    return tuple(backend.to_device(a, device) for a in arrays)
+
+
+def synchronize(device: str) -> None:
+    """Wait for the GPU (both libraries' queues) before reading a clock."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+        backend.get_backend("cuda").xp.cuda.Device().synchronize()
+
+
+def timed(run, device: str) -> float:
+    synchronize(device)
+    start = time.perf_counter()
+    run()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+# ----------------------------------------------------------------------------- 1. parity
+
+def check_parity(config: TransformerConfig, device: str) -> dict:
+    """Logits, loss and gradients of both models on a padded batch, dropout off, in float64
+    and float32. Gradients are compared against the model's largest gradient entry: the key
+    biases' true gradient is exactly zero, so both sides hold rounding noise there."""
+    config = config.replace(p_dropout=0.0)
+    rng = np.random.default_rng(0)
+    src = rng.integers(4, config.src_vocab_size, size=(3, 9))
+    src[1, 6:] = PAD_ID
+    tgt = rng.integers(4, config.tgt_vocab_size, size=(3, 8))
+    tgt[2, 5:] = PAD_ID
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    result = {}
+    for dtype, limit in (("float64", 1e-8), ("float32", 1e-3)):
+        with mt.default_dtype(dtype):
+            ours, theirs = build_pair(config, device, getattr(torch, dtype))
+            logits = ours(src, tgt_in)
+            loss = F.cross_entropy(logits, tgt_out, 0.1, ignore_index=PAD_ID)
+            loss.backward()
+        t_logits = theirs(*(torch.as_tensor(a, device=device) for a in (src, tgt_in)))
+        t_loss = torch.nn.functional.cross_entropy(
+            t_logits.reshape(-1, t_logits.shape[-1]),
+            torch.as_tensor(tgt_out, device=device).reshape(-1),
+            label_smoothing=0.1, ignore_index=PAD_ID)
+        t_loss.backward()
+        t_grads = {name: p.grad.cpu().numpy() for name, p in theirs.named_parameters()}
+        grads = {name.replace(".gain", ".weight"): mt.to_numpy(p.grad)
+                 for name, p in ours.named_parameters()}
+        scale = max(np.abs(g).max() for g in grads.values())
+        errors = {"logits": relative(mt.to_numpy(logits.data), t_logits.detach().cpu().numpy()),
+                  "loss": relative(np.array(loss.item()), np.array(t_loss.item()))}
+        errors.update({f"d {name}": relative(g, t_grads[name], scale)
+                       for name, g in grads.items()})
+        result[dtype] = {"limit": limit, "comparisons": len(errors),
+                         "worst": max(errors.values()),
+                         "disagreeing": {k: e for k, e in errors.items() if e > limit}}
+    return result
+
+
+# ----------------------------------------------------------------------------- 2-3. training
+
+def training_flops(config: TransformerConfig, B: int, S: int, T: int) -> int:
+    """Matmul FLOPs of one training step (forward and backward), counted analytically.
+
+    A product of an (m, k) and a (k, n) matrix costs 2·m·k·n FLOPs. With N_s = B·S source and
+    N_t = B·T target tokens, C = d_model, F = d_ff, V the vocabulary and N layers on each side,
+    the forward pass costs
+
+        encoder layer   4 · 2·N_s·C²                      projections q, k, v, o
+                      + 2 · 2·B·S²·C                      Q Kᵀ and P V over all heads
+                      + 2 · 2·N_s·C·F                     feed-forward w_1, w_2
+        decoder layer   4 · 2·N_t·C² + 2 · 2·B·T²·C       self-attention
+                      + 2 · 2·N_t·C² + 2 · 2·N_s·C²       cross-attention: q, o on the target,
+                      + 2 · 2·B·T·S·C                     k, v on the memory; Q Kᵀ and P V
+                      + 2 · 2·N_t·C·F                     feed-forward
+        output          2·N_t·C·V                         the tied projection h Eᵀ
+
+    and the backward pass twice as much, since every product Y = A B needs dA = dY Bᵀ and
+    dB = Aᵀ dY of the same size (the first layer's input gradient too: the embeddings are
+    trained). So a step is 3 × forward. Both implementations compute the causal scores in full
+    and they are counted in full. Not counted: the embedding's gradient, a scatter-add rather
+    than a matmul, and all element-wise work (softmax, layer norm, dropout, loss, Adam).
+    """
+    C, F_, V, N = config.d_model, config.d_ff, config.tgt_vocab_size, config.n_layers
+    Ns, Nt = B * S, B * T
+    encoder = 8 * Ns * C * C + 4 * B * S * S * C + 4 * Ns * C * F_
+    decoder = (8 * Nt * C * C + 4 * B * T * T * C
+               + 4 * Nt * C * C + 4 * Ns * C * C + 4 * B * T * S * C
+               + 4 * Nt * C * F_)
+    forward = N * (encoder + decoder) + 2 * Nt * C * V
+    return 3 * forward
+
+
+def matmul_rate(library: str, device: str, sizes: tuple[int, ...]) -> dict:
+    """Best float32 FLOP/s of n×n @ n×n products (best of 3 per size) in NumPy/CuPy or torch."""
+    rates = {}
+    for n in sizes:
+        if library == "torch":
+            a, b = (torch.rand(n, n, device=device) for _ in range(2))
+            run = functools.partial(torch.matmul, a, b)
+        else:
+            xp = backend.get_backend(device).xp
+            a, b = (xp.asarray(np.random.default_rng(n).random((n, n), dtype=np.float32))
+                    for _ in range(2))
+            run = functools.partial(xp.matmul, a, b)
+        run()  # warm up
+        best = min(timed(run, device) for _ in range(3))
+        rates[str(n)] = 2 * n ** 3 / best
+    return {"flops_per_s": max(rates.values()), "by_size": rates}
+
+
+def time_training(name: str, config: TransformerConfig, args, peak: float) -> dict:
+    """Alternating training steps at each length; per length the raw seconds and summaries."""
+    ours, theirs = build_pair(config, args.device)
+    steps = make_steps(ours, theirs)
+    rng = np.random.default_rng(0)
+    repeats = args.repeats or (5 if name == "small" else 3)
+    rows = []
+    for L in args.lengths:
+        B = max(1, args.tokens // L)
+        host = random_batch(rng, config.tgt_vocab_size, B, L)
+        batches = {impl: to_device(host, impl, args.device) for impl in IMPLS}
+        seconds = {impl: [] for impl in IMPLS}
+        for rep in range(repeats + 1):  # the first round warms caches and allocators up
+            for impl in (IMPLS if rep % 2 == 0 else IMPLS[::-1]):
+                s = timed(functools.partial(steps[impl], batches[impl]), args.device)
+                if rep > 0:
+                    seconds[impl].append(s)
+        flops = training_flops(config, B, L, L)
+        row = {"length": L, "batch": B, "target_tokens": B * L, "flops_per_step": flops}
+        for impl in IMPLS:
+            median = statistics.median(seconds[impl])
+            row[impl] = {"seconds": seconds[impl], "median_s": median,
+                         "min_s": min(seconds[impl]), "max_s": max(seconds[impl]),
+                         "tokens_per_s": B * L / median, "flops_per_s": flops / median,
+                         "mfu": flops / median / peak}
+        # ours / theirs in tokens/s is theirs / ours in seconds, paired per repetition
+        ratios = [t / o for o, t in zip(seconds["minitransformer"], seconds["torch"],
+                                        strict=True)]
+        row["ratio"] = {"median": statistics.median(ratios), "min": min(ratios),
+                        "max": max(ratios), "per_repetition": ratios}
+        rows.append(row)
+        print(f"  {name} L={L:<4} minitransformer {row['minitransformer']['median_s']:.3f} s"
+              f"  torch {row['torch']['median_s']:.3f} s  ratio {row['ratio']['median']:.2f}",
+              flush=True)
+    return {"repeats": repeats, "rows": rows}
+
+
+# ----------------------------------------------------------------------------- 4. memory
+
+def memory_worker(spec: dict) -> dict:
+    """In a fresh process: build one implementation's model and Adam, read the memory in use,
+    run two training steps, read the peak. CPU: resident set size (RSS, Linux); GPU: bytes
+    allocated (peak of CuPy's pool in use / torch.cuda.max_memory_allocated), and held."""
+    device, impl = spec["device"], spec["impl"]
+    torch.set_num_threads(spec["threads"])
+    if device == "cuda":
+        mt.use("cuda")
+        pool, cupy_peak = _track_cupy_peak()
+    config = TransformerConfig.named(spec["config"], spec["vocab_size"])
+    L = spec["length"]
+    host = random_batch(np.random.default_rng(0), spec["vocab_size"],
+                        max(1, spec["tokens"] // L), L)
+    batch = to_device(host, impl, device)
+    if impl == "minitransformer":
+        mt.manual_seed(0)
+        model = Transformer(config)
+        step = minitransformer_step(model, Adam(model.parameters(), lr=1e-4))
+    else:
+        torch.manual_seed(0)
+        model = TorchTransformer(config).to(device)
+        step = torch_step(model, torch.optim.Adam(model.parameters(), lr=1e-4,
+                                                  betas=(0.9, 0.98), eps=1e-9))
+    synchronize(device)
+    if device == "cpu":
+        baseline = resident_bytes("VmRSS")
+        with contextlib.suppress(OSError):  # start the peak (VmHWM) again from here
+            Path("/proc/self/clear_refs").write_text("5")
+    elif impl == "minitransformer":
+        baseline = cupy_peak["bytes"] = pool.used_bytes()
+    else:
+        baseline = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+    for _ in range(2):
+        step(batch)
+    synchronize(device)
+    result = {"baseline_bytes": baseline}
+    if device == "cpu":
+        result["peak_bytes"] = resident_bytes("VmHWM")
+    elif impl == "minitransformer":
+        result["peak_bytes"], result["held_bytes"] = cupy_peak["bytes"], pool.total_bytes()
+    else:
+        result["peak_bytes"] = torch.cuda.max_memory_allocated()
+        result["held_bytes"] = torch.cuda.max_memory_reserved()
+    result["increment_bytes"] = result["peak_bytes"] - baseline
+    return result
+
+
+def resident_bytes(field: str) -> int:
+    """VmRSS (resident now) or VmHWM (peak) of this process, in bytes. Not getrusage's
+    ru_maxrss: a child started by fork (or vfork) and exec keeps its parent's peak there."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024                          # kB
+    raise RuntimeError(f"no {field} in /proc/self/status: memory is measured on Linux only")
+
+
+def _track_cupy_peak():
+    """CuPy's pool knows the bytes in use but not their peak: wrap its allocator to record it."""
+    cupy = backend.get_backend("cuda").xp
+    pool, peak = cupy.get_default_memory_pool(), {"bytes": 0}
+
+    def malloc(size):
+        memory = pool.malloc(size)
+        peak["bytes"] = max(peak["bytes"], pool.used_bytes())
+        return memory
+
+    cupy.cuda.set_allocator(malloc)
+    return pool, peak
+
+
+def measure_memory(name: str, config: TransformerConfig, args) -> list[dict]:
+    rows = []
+    for L in args.memory_lengths:
+        row = {"length": L, "batch": max(1, args.tokens // L)}
+        for impl in IMPLS:
+            spec = {"impl": impl, "config": name, "vocab_size": config.tgt_vocab_size,
+                    "length": L, "tokens": args.tokens, "device": args.device,
+                    "threads": args.threads}
+            done = subprocess.run([sys.executable, str(Path(__file__).resolve()),
+                                   "--_memory-worker", json.dumps(spec)],
+                                  capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"memory worker failed:\n{done.stderr}")
+            row[impl] = json.loads(done.stdout.strip().splitlines()[-1])
+        ours, theirs = row["minitransformer"], row["torch"]
+        row["increment_ratio"] = ours["increment_bytes"] / theirs["increment_bytes"]
+        row["peak_ratio"] = ours["peak_bytes"] / theirs["peak_bytes"]
+        rows.append(row)
+        print(f"  {name} L={L:<4} step increment minitransformer "
+              f"{ours['increment_bytes'] / MiB:.0f} MiB, torch "
+              f"{theirs['increment_bytes'] / MiB:.0f} MiB", flush=True)
+    return rows
+
+
+# ----------------------------------------------------------------------------- 5. decoding
+
+def decoding_inputs(args) -> tuple:
+    """(minitransformer model, padded source batches sorted by length, description).
+
+    The trained small model and the first --sentences of test_2016_flickr when the Multi30k
+    checkpoint and data are there, else a random small model on random ids of 8-20 tokens."""
+    if CHECKPOINT.is_file() and Path(args.data).is_dir():
+        checkpoint = load_checkpoint(CHECKPOINT)
+        model = restore_model(checkpoint, args.device)
+        tokenizer = Tokenizer.from_bytes(checkpoint.tokenizer_bytes)
+        pairs = load_corpus(args.data, "de", "en").test[: args.sentences]
+        sources = [ids for ids in (tokenizer.encode(s.strip()) for s, _ in pairs) if ids]
+        what = (f"trained small model ({CHECKPOINT.relative_to(HERE.parent)}), first "
+                f"{len(sources)} sentences of test_2016_flickr")
+    else:
+        mt.manual_seed(0)
+        model = Transformer(TransformerConfig.named("small", args.vocab_size, p_dropout=0.0))
+        rng = np.random.default_rng(0)
+        sources = [rng.integers(4, args.vocab_size, size=n).tolist()
+                   for n in rng.integers(8, 21, size=args.sentences)]
+        what = f"random-weight small model, {len(sources)} random sources of 8-20 ids"
+    sources.sort(key=len)  # as minitransformer.translator: little padding per batch
+    batches = []
+    for start in range(0, len(sources), args.decode_batch):
+        chunk = sources[start:start + args.decode_batch]
+        width = max(len(ids) for ids in chunk)
+        batches.append(np.array([ids + [PAD_ID] * (width - len(ids)) for ids in chunk]))
+    return model, batches, what
+
+
+def decode_all(impl: str, model, batches: list, algorithm: str, use_cache: bool, args,
+               eos_id: int = EOS_ID, max_len: int | None = None) -> tuple[float, list]:
+    """Seconds to decode every batch, and the hypotheses (token id lists) in batch order."""
+    hyps: list[list[int]] = []
+
+    def run():
+        for src in batches:
+            if impl == "torch":
+                src = torch.as_tensor(src, device=args.device)
+                if algorithm == "greedy":
+                    hyps.extend(torch_greedy_decode(model, src, BOS_ID, eos_id, max_len,
+                                                    use_cache))
+                else:
+                    hyps.extend(torch_beam_search(model, src, BOS_ID, eos_id, args.beam,
+                                                  args.alpha, max_len, use_cache))
+            elif algorithm == "greedy":
+                hyps.extend(greedy_decode(model, src, BOS_ID, eos_id, max_len,
+                                          use_cache=use_cache))
+            else:
+                hyps.extend(beam_search(model, src, BOS_ID, eos_id, args.beam, args.alpha,
+                                        max_len, use_cache=use_cache))
+
+    return timed(run, args.device), hyps
+
+
+def time_decoding(args) -> dict:
+    ours, batches, what = decoding_inputs(args)
+    theirs = TorchTransformer(ours.config).to(args.device)
+    copy_weights(theirs, ours)
+    models = {"minitransformer": ours, "torch": theirs}
+    n = sum(len(b) for b in batches)
+    print(f"  {what}, batches of {args.decode_batch}", flush=True)
+    for impl in IMPLS:  # warm-up on a few sentences
+        for algorithm in ("greedy", "beam"):
+            decode_all(impl, models[impl], [batches[0][:4]], algorithm, True, args, max_len=3)
+
+    cases = []
+    for i, (algorithm, use_cache) in enumerate(
+            [("greedy", True), ("greedy", False), ("beam", True), ("beam", False)]):
+        case = {"algorithm": algorithm, "use_cache": use_cache, "sentences": n}
+        for impl in (IMPLS if i % 2 == 0 else IMPLS[::-1]):
+            seconds, hyps = decode_all(impl, models[impl], batches, algorithm, use_cache, args)
+            case[impl] = {"seconds": seconds, "sentences_per_s": n / seconds,
+                          "tokens": sum(map(len, hyps)), "hyps": hyps}
+        case["ratio"] = (case["minitransformer"]["sentences_per_s"]
+                         / case["torch"]["sentences_per_s"])
+        case["identical"] = _identical(case["minitransformer"]["hyps"], case["torch"]["hyps"])
+        cases.append(case)
+        print(f"  {algorithm:<6} cache={use_cache!s:<5} minitransformer "
+              f"{case['minitransformer']['seconds']:.2f} s  torch {case['torch']['seconds']:.2f} s"
+              f"  ratio {case['ratio']:.2f}  identical {case['identical']:.3f}", flush=True)
+
+    cache_speedup = {}
+    for algorithm in ("greedy", "beam"):
+        on, off = (next(c for c in cases if c["algorithm"] == algorithm and c["use_cache"] == u)
+                   for u in (True, False))
+        cache_speedup[algorithm] = {
+            impl: {"speedup": off[impl]["seconds"] / on[impl]["seconds"],
+                   "same_output": _identical(on[impl]["hyps"], off[impl]["hyps"])}
+            for impl in IMPLS}
+    for case in cases:  # the JSON keeps the counts, not the token ids
+        for impl in IMPLS:
+            del case[impl]["hyps"]
+
+    # Forced length: EOS id -1 is no vocabulary entry, so no sentence stops before max_len.
+    forced = {"algorithm": "greedy", "length": args.forced_length, "eos_id": -1,
+              "sentences": len(batches[0])}
+    for impl in IMPLS:
+        times = {"cache_s": [], "no_cache_s": []}
+        for _ in range(2):  # best of two: one run is short enough for a hiccup to matter
+            for use_cache in (True, False):
+                seconds, hyps = decode_all(impl, models[impl], batches[:1], "greedy",
+                                           use_cache, args, eos_id=-1,
+                                           max_len=args.forced_length)
+                assert all(len(h) == args.forced_length for h in hyps)
+                times["cache_s" if use_cache else "no_cache_s"].append(seconds)
+        forced[impl] = {**times, "speedup": min(times["no_cache_s"]) / min(times["cache_s"])}
+    print(f"  forced {args.forced_length} tokens: cache speed-up minitransformer "
+          f"{forced['minitransformer']['speedup']:.1f}x, torch {forced['torch']['speedup']:.1f}x",
+          flush=True)
+    return {"inputs": what, "batch_size": args.decode_batch, "beam_size": args.beam,
+            "length_penalty": args.alpha, "max_len": "padded source length + 50",
+            "cases": cases, "cache_speedup": cache_speedup, "forced_length": forced}
+
+
+def _identical(a: list, b: list) -> float:
+    return sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
+
+
+# ----------------------------------------------------------------------------- the report
+
+def table(headers: list[str], rows: list[list]) -> str:
+    """A Markdown table with aligned columns (readable in a terminal as well)."""
+    cells = [[str(c) for c in row] for row in [headers, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+             for row in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def spread(row: dict) -> str:
+    return f"{row['median_s']:.3f} ({row['min_s']:.3f}–{row['max_s']:.3f})"
+
+
+def training_table(training: dict) -> str:
+    rows = []
+    for name, result in training.items():
+        for r in result["rows"]:
+            ours, theirs, ratio = r["minitransformer"], r["torch"], r["ratio"]
+            rows.append([name, r["length"], r["batch"], spread(ours), spread(theirs),
+                         f"{ours['tokens_per_s']:,.0f}", f"{theirs['tokens_per_s']:,.0f}",
+                         f"{ratio['median']:.2f} ({ratio['min']:.2f}–{ratio['max']:.2f})"])
+    return table(["config", "L", "batch", "minitransformer s, median (min–max)",
+                  "torch s, median (min–max)", "minitransformer tok/s", "torch tok/s",
+                  "ratio (min–max)"], rows)
+
+
+def mfu_table(training: dict) -> str:
+    rows = []
+    for name, result in training.items():
+        for r in result["rows"]:
+            ours, theirs = r["minitransformer"], r["torch"]
+            rows.append([name, r["length"], f"{r['flops_per_step'] / 1e9:.1f}",
+                         f"{ours['flops_per_s'] / 1e9:.1f}", f"{theirs['flops_per_s'] / 1e9:.1f}",
+                         f"{ours['mfu']:.0%}", f"{theirs['mfu']:.0%}"])
+    return table(["config", "L", "GFLOP / step", "minitransformer GFLOP/s", "torch GFLOP/s",
+                  "minitransformer MFU", "torch MFU"], rows)
+
+
+def memory_table(memory: dict) -> str:
+    rows = []
+    for name, result in memory.items():
+        for r in result:
+            ours, theirs = r["minitransformer"], r["torch"]
+            rows.append([name, r["length"],
+                         *(f"{side[k] / MiB:,.0f}" for side in (ours, theirs)
+                           for k in ("baseline_bytes", "peak_bytes", "increment_bytes")),
+                         f"{r['increment_ratio']:.2f}", f"{r['peak_ratio']:.2f}"])
+    sides = [f"{impl} {what}" for impl in IMPLS for what in ("baseline", "peak", "step")]
+    return table(["config", "L", *[f"{s} MiB" for s in sides], "step ratio", "peak ratio"],
+                 rows)
+
+
+def decoding_tables(decoding: dict) -> str:
+    rows = []
+    for c in decoding["cases"]:
+        ours, theirs = c["minitransformer"], c["torch"]
+        name = "greedy" if c["algorithm"] == "greedy" else f"beam {decoding['beam_size']}"
+        rows.append([name, "yes" if c["use_cache"] else "no", f"{ours['seconds']:.2f}",
+                     f"{theirs['seconds']:.2f}", f"{ours['sentences_per_s']:.1f}",
+                     f"{theirs['sentences_per_s']:.1f}", f"{c['ratio']:.2f}",
+                     f"{c['identical']:.1%}"])
+    speed = table(["decoding", "KV cache", "minitransformer s", "torch s",
+                   "minitransformer sent/s", "torch sent/s", "ratio", "identical outputs"],
+                  rows)
+    rows = []
+    for algorithm, by_impl in decoding["cache_speedup"].items():
+        name = "greedy" if algorithm == "greedy" else f"beam {decoding['beam_size']}"
+        rows.append([name, *(f"{by_impl[i]['speedup']:.2f}× "
+                             f"(same output {by_impl[i]['same_output']:.0%})" for i in IMPLS)])
+    f = decoding["forced_length"]
+    rows.append([f"greedy, forced to {f['length']} tokens ({f['sentences']} sentences)",
+                 *(f"{f[i]['speedup']:.2f}×" for i in IMPLS)])
+    cache = table(["cache speed-up (no-cache time / cache time)", *IMPLS], rows)
+    return f"{speed}\n\n{cache}"
+
+
+def report(results: dict) -> str:
+    m = results["machine"]
+    peak = results["matmul_peak"]
+    parity = "; ".join(f"{name}: float64 {p['float64']['worst']:.1e}, float32 "
+                       f"{p['float32']['worst']:.1e}" for name, p in results["parity"].items())
+    parts = [
+        "## minitransformer vs PyTorch eager\n",
+        f"{m['cpu']}, {m['cores']} cores, {m['threads']} threads for both; NumPy "
+        f"{m['numpy']} ({m['numpy_blas']}), torch {m['torch']} ({m['torch_blas']}); device "
+        f"{results['device']}; {results['date']}. Vocabulary {results['vocab_size']}. "
+        "Ratios are minitransformer / torch in throughput: above 1, minitransformer is faster "
+        "(memory: above 1, it uses more).\n",
+        f"Parity first (dropout off, a padded batch; worst relative error of logits, loss and "
+        f"every gradient): {parity}.\n",
+        "### Training step\n",
+        "Zero grads, forward, label-smoothed loss (ε 0.1), backward, Adam; float32, dropout "
+        f"0.1, source = target length L, {results['tokens']} // L sentences; the two "
+        "alternate step by step; ratio is the median of the per-step ratios.\n",
+        training_table(results["training"]) + "\n",
+        "### Model FLOPs utilisation\n",
+        "Matmul FLOPs per step (all linear layers, the tied output projection, Q Kᵀ and P V; "
+        "3 × forward) over the median step time, divided by "
+        f"{'NumPy' if results['device'] == 'cpu' else 'CuPy'}'s float32 matmul rate "
+        f"measured in the same run: {peak['numpy']['flops_per_s'] / 1e9:.1f} GFLOP/s "
+        f"(torch's own: {peak['torch']['flops_per_s'] / 1e9:.1f} GFLOP/s).\n",
+        mfu_table(results["training"]) + "\n",
+        "### Peak memory of a training step\n",
+        results["memory_note"] + "\n",
+        memory_table(results["memory"]) + "\n",
+    ]
+    d = results["decoding"]
+    parts += [
+        "### Decoding\n",
+        f"{d['inputs']}; batches of {d['batch_size']} sentences, length penalty α "
+        f"{d['length_penalty']}, at most {d['max_len']} tokens; the same algorithm on both "
+        "sides (bench/torch_model.py ports minitransformer/decode.py). Without the cache every "
+        "step decodes the whole prefix again (all its positions, through the output projection "
+        "too, as `Transformer.decode` does). The forced case decodes the first batch with an "
+        "EOS id that no step can produce, so every sentence runs "
+        f"{d['forced_length']['length']} steps.\n",
+        decoding_tables(d) + "\n",
+"### CUDA\n", results["cuda"] if isinstance(results["cuda"], str)
+              else f"Measured above, on {results['machine'].get('gpu')}.", ""]
+    return "\n".join(parts)
+
+
+# ----------------------------------------------------------------------------- main
+
+def machine_info(args) -> dict:
+    cpuinfo = Path("/proc/cpuinfo")
+    models = ([line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+               if line.startswith("model name")] if cpuinfo.is_file() else [])
+    try:
+        numpy_blas = np.__config__.CONFIG["Build Dependencies"]["blas"]["name"]
+    except (AttributeError, KeyError):
+        numpy_blas = "unknown BLAS"
+    info = {"platform": platform.platform(), "cpu": models[0] if models else platform.processor(),
+            "cores": os.cpu_count(), "python": sys.version.split()[0],
+            "numpy": np.__version__, "numpy_blas": numpy_blas, "torch": torch.__version__,
+            "torch_blas": "MKL" if torch.backends.mkl.is_available() else "no MKL",
+            "threads": args.threads,
+            "thread_environment": {v: os.environ.get(v) for v in THREAD_VARIABLES},
+            "load_average_at_start": os.getloadavg()[0]}
+    if args.device == "cuda":
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def pin_threads(threads: int, argv: list[str]) -> None:
+    """NumPy's OpenBLAS reads its thread count once, when it loads: unless the environment
+    already says ``threads``, run this script again with it set (torch gets it too)."""
+    want = str(threads)
+    if all(os.environ.get(v) == want for v in THREAD_VARIABLES):
+        return
+    print(f"running again with {'='.join(THREAD_VARIABLES)}={want}", flush=True)
+    env = {**os.environ, **dict.fromkeys(THREAD_VARIABLES, want)}
+    os.execve(sys.executable, [sys.executable, str(Path(__file__).resolve()), *argv], env)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", "--config", nargs="+", default=["small", "base"])
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64, 128])
+    parser.add_argument("--tokens", type=int, default=4000, help="target tokens per batch")
+    parser.add_argument("--repeats", type=int, help="timed steps per length (default: 5 for "
+                        "small, 3 for larger), after one warm-up step")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads of both")
+    parser.add_argument("--memory-lengths", type=int, nargs="+", default=[32, 128])
+    parser.add_argument("--sentences", type=int, default=500)
+    parser.add_argument("--decode-batch", type=int, default=100)
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty α")
+    parser.add_argument("--forced-length", type=int, default=50)
+    parser.add_argument("--data", default=str(SHARED), help="the Multi30k folder")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--quick", action="store_true", help="smoke test: small only, "
+                        "lengths 16 32, 1 repeat, 100 sentences, memory at 32")
+    parser.add_argument("--output", help="JSON (default bench/results/compare_torch[.cuda]"
+                        "[.quick].json)")
+    parser.add_argument("--markdown", help="Markdown tables (default: --output with .md)")
+    parser.add_argument("--_memory-worker", dest="memory_worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.configs, args.lengths, args.repeats = ["small"], [16, 32], 1
+        args.sentences, args.memory_lengths = min(args.sentences, 100), [32]
+    if args.output is None:
+        suffix = (".cuda" if args.device == "cuda" else "") + (".quick" if args.quick else "")
+        args.output = str(HERE / "results" / f"compare_torch{suffix}.json")
+    args.markdown = args.markdown or str(Path(args.output).with_suffix(".md"))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.memory_worker:
+        print(json.dumps(memory_worker(json.loads(args.memory_worker))))
+        return 0
+    pin_threads(args.threads, argv)
+    torch.set_num_threads(args.threads)
+    if args.device == "cuda":
+        try:
+            mt.use("cuda")
+            usable = torch.cuda.is_available()
+        except mt.DeviceError:
+            usable = False
+        if not usable:
+            print("compare_torch: --device cuda needs an NVIDIA GPU that both CuPy and PyTorch "
+                  "can use, and there is none here.", file=sys.stderr)
+            return 1
+    configs = {name: TransformerConfig.named(name, args.vocab_size) for name in args.configs}
+    results = {
+        "benchmark": "minitransformer vs PyTorch eager: parity, training step, MFU, memory, "
+                     "decoding", "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "device": args.device, "machine": machine_info(args), "vocab_size": args.vocab_size,
+        "tokens": args.tokens, "configs": {
+            name: {**c.to_dict(), "num_parameters": Transformer(c).num_parameters()}
+            for name, c in configs.items()},
+    }
+    print(f"{results['machine']['cpu']}, {args.threads} threads, device {args.device}",
+          flush=True)
+    if args.device == "cpu" and os.getloadavg()[0] > 0.5:
+        print(f"warning: the machine is busy (load average {os.getloadavg()[0]:.1f}); BLAS "
+              "threads that wait for a busy core make every timing here much slower",
+              flush=True)
+
+    print("\n== 1. parity (dropout off, padded batch)", flush=True)
+    results["parity"] = {}
+    for name, config in configs.items():
+        parity = results["parity"][name] = check_parity(config, args.device)
+        for dtype, p in parity.items():
+            print(f"  {name} {dtype}: {p['comparisons']} comparisons, worst relative error "
+                  f"{p['worst']:.1e} (limit {p['limit']:g})", flush=True)
+            for what, error in p["disagreeing"].items():
+                print(f"    {what}: {error:.1e}  <-- disagrees")
+        if any(p["disagreeing"] for p in parity.values()):
+            print("parity failed: the two models do not compute the same thing", flush=True)
+            return 1
+
+    print("\n== float32 matmul rate", flush=True)
+    sizes = (4096, 8192) if args.device == "cuda" else (1024, 2048)
+    results["matmul_peak"] = {lib: matmul_rate(lib, args.device, sizes)
+                              for lib in ("numpy", "torch")}
+    for lib, rate in results["matmul_peak"].items():
+        print(f"  {lib}: {rate['flops_per_s'] / 1e9:.1f} GFLOP/s", flush=True)
+
+    print("\n== 2-3. training step", flush=True)
+    peak = results["matmul_peak"]["numpy"]["flops_per_s"]
+    results["training"] = {name: time_training(name, config, args, peak)
+                           for name, config in configs.items()}
+    print(training_table(results["training"]) + "\n\n" + mfu_table(results["training"]),
+          flush=True)
+
+    print("\n== 4. memory of two training steps, fresh process each", flush=True)
+    moments = ", ".join(f"{name} {8 * c['num_parameters'] / MiB:,.0f} MiB"
+                        for name, c in results["configs"].items())
+    results["memory_note"] = (
+        "Each implementation in a fresh process: baseline = memory in use once model and "
+        "Adam are built, peak = maximum over two training steps, step = peak − baseline. "
+        + ("Resident set size (RSS; its peak VmHWM is reset at the baseline); both processes "
+           "load the same libraries (NumPy, torch, minitransformer). "
+           if args.device == "cpu" else
+           "GPU bytes allocated (CuPy's pool in use; torch.cuda.max_memory_allocated); the "
+           "JSON also has the bytes each allocator holds. ")
+        + f"Adam's two moments ({moments}) are in minitransformer's baseline (allocated when "
+          "the optimizer is built) but in torch's step (allocated at the first step).")
+    results["memory"] = {name: measure_memory(name, config, args)
+                         for name, config in configs.items()}
+    print(memory_table(results["memory"]), flush=True)
+
+    print("\n== 5. decoding", flush=True)
+    results["decoding"] = time_decoding(args)
+    print(decoding_tables(results["decoding"]), flush=True)
+
+    results["cuda"] = ("not measured (no GPU)" if args.device == "cpu"
+                       else {"gpu": results["machine"]["gpu"], "measured": "every section"})
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(results, indent=1) + "\n")
+    Path(args.markdown).write_text(report(results))
+    print(f"\nwrote {args.output} and {args.markdown}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
