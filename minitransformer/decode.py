@@ -29,6 +29,7 @@ from typing import Any
 from . import backend
 from .autograd.grad_mode import no_grad
 from .autograd.tensor import Tensor
+from .functional._blocks import for_blocks
 from .nn.transformer import Transformer
 
 
@@ -117,11 +118,33 @@ def gnmt_length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def _log_softmax(logits: Any) -> Any:
-    """log softmax over the last axis of a raw array: x - max - log Σ exp(x - max)."""
+def _best_continuations(logits: Any, alive_scores: Any, n_cand: int) -> tuple[Any, Any]:
+    """Scores (A, K·V) of every continuation, log P(prefix) + log softmax(logits), and the
+    indices (A, n_cand) of each sentence's n_cand best, in no particular order.
+
+    logits (A·K, V) of the newest position, alive_scores (A, K). Computed on blocks of
+    sentences on worker threads (on the CPU): the log-softmax passes and the partial sort
+    of K·V scores per sentence are most of a beam step's work outside the model."""
     xp = backend.get_array_module(logits)
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))
+    A, K = alive_scores.shape
+    V = logits.shape[-1]
+    scores = xp.empty((A, K * V), dtype=logits.dtype)                    # (A, K·V)
+    top = xp.empty((A, n_cand), dtype=xp.int64)                          # (A, n_cand)
+
+    def block(sentences):
+        z = logits.reshape(A, K, V)[sentences]                           # (a, K, V)
+        # log softmax: z - max - log Σ exp(z - max), plus log P(prefix)
+        shift = z.max(axis=-1, keepdims=True)                            # (a, K, 1)
+        shift += xp.log(xp.exp(z - shift).sum(axis=-1, keepdims=True))
+        shift -= alive_scores[sentences][:, :, None]
+        part = xp.subtract(z, shift, out=scores[sentences].reshape(z.shape))
+        flat = part.reshape(part.shape[0], K * V)                        # (a, K·V)
+        if n_cand < K * V:
+            top[sentences] = xp.argpartition(flat, K * V - n_cand, axis=1)[:, K * V - n_cand:]
+        else:
+            top[sentences] = xp.arange(K * V)[None]
+    for_blocks(block, A, K * V * logits.itemsize, xp)
+    return scores, top
 
 
 def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
@@ -188,14 +211,10 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
                 prefix = xp.concatenate(
                     [xp.full((A, K, 1), bos_id, dtype=ids_dtype), alive_tokens], axis=2)
                 logits = _decode_prefix(model, prefix.reshape(A * K, t), memory, src_mask)
-            log_probs = _log_softmax(logits.data[:, -1])                 # (A·K, V)
-            V = log_probs.shape[-1]
-            scores = (alive_scores.reshape(A * K, 1) + log_probs).reshape(A, K * V)
-
-            # 1. The 2K best continuations per sentence, best first.
+            V = logits.shape[-1]
             n_cand = min(2 * K, K * V)
-            top = (xp.argpartition(scores, K * V - n_cand, axis=1)[:, K * V - n_cand:]
-                   if n_cand < K * V else xp.arange(K * V)[None].repeat(A, axis=0))
+            # 1. The 2K best continuations per sentence, best first.
+            scores, top = _best_continuations(logits.data[:, -1], alive_scores, n_cand)
             top = top[r, xp.argsort(-scores[r, top], axis=1)]            # (A, 2K)
             cand_scores = scores[r, top]                                 # (A, 2K)
             cand_beams, cand_tokens = top // V, (top % V).astype(ids_dtype)
