@@ -44,7 +44,7 @@ if checkpoint_path.exists():
 else:
     tokenizer, data, _ = prepare(load_corpus("builtin"), vocab_size=1000, max_len=100)
     model = Transformer(TransformerConfig.named("tiny", tokenizer.vocab_size))
-    config = TrainConfig(max_steps=10 if FAST else 600, warmup_steps=400, eval_every=600,
+    config = TrainConfig(max_steps=10 if FAST else 400, warmup_steps=400, eval_every=400,
                          bleu_sentences=0, progress=False)
     Trainer(model, tokenizer, data, config, Path("runs") / "lesson19").fit()
 model.eval()
