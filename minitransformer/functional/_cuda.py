@@ -57,8 +57,8 @@ def _kernels() -> Any:
             "minitransformer_layer_norm_backward")
         # Attention scores: S = scale · (Q Kᵀ), -∞ where the mask forbids (in place).
         mask_and_scale = cupy.ElementwiseKernel(
-            "bool keep, T scale", "T s",
-            "s = keep ? s * scale : (T)(-INFINITY);",
+            "bool keep, T scale, T neg_inf", "T s",
+            "s = keep ? s * scale : neg_inf;",
             "minitransformer_mask_and_scale")
         # Softmax: Σ_j exp(s_j - m) per row, m the row maximum (0 for a fully masked row).
         exp_sum = cupy.ReductionKernel(
@@ -137,7 +137,8 @@ def masked_softmax_(scores: Any, mask: Any, scale: float) -> Any:
     if mask is None:
         scores *= scale
     else:
-        kernels.mask_and_scale(mask, scores.dtype.type(scale), scores)
+        t = scores.dtype.type
+        kernels.mask_and_scale(mask, t(scale), t(-float("inf")), scores)
     row_max = scores.max(axis=-1, keepdims=True)                               # (..., T, 1)
     row_max = cupy.where(cupy.isneginf(row_max), scores.dtype.type(0), row_max)
     total = kernels.exp_sum(scores, row_max, axis=-1, keepdims=True)           # (..., T, 1)
