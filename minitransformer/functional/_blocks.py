@@ -20,6 +20,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from . import _cuda
+
 BLOCK_BYTES = 512 * 1024          # a block of each array a kernel touches stays in cache
 WORKERS = max(1, min(os.cpu_count() or 1, 8))
 _pool: ThreadPoolExecutor | None = None
@@ -42,7 +44,7 @@ def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any,
     already use every core through BLAS (two BLAS calls at once would fight for the cores).
     """
     rows_per_block = max(1, BLOCK_BYTES // max(1, row_bytes))
-    if n <= rows_per_block or getattr(xp, "__name__", "") == "cupy":
+    if n <= rows_per_block or _cuda.is_cupy(xp):
         kernel(slice(0, n))
         return
     starts = range(0, n, rows_per_block)

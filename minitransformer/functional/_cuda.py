@@ -20,6 +20,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from .. import backend
+
 
 def is_cupy(xp: Any) -> bool:
     """True for the ``cupy`` module (not NumPy, not the strict CPU simulation)."""
@@ -28,7 +30,7 @@ def is_cupy(xp: Any) -> bool:
 
 @functools.cache
 def _kernels() -> Any:
-    import cupy
+    cupy = backend.get_backend("cuda").xp
 
     class Kernels:
         # Dropout: keep = [u >= p], y = x · keep / (1 - p).
@@ -110,8 +112,7 @@ def dropout_backward(dout: Any, keep: Any, p: float) -> Any:
 
 def layer_norm_forward(x: Any, gain: Any, bias: Any, eps: float) -> tuple[Any, Any, Any]:
     """(y, x̂, rstd (..., 1)) for x (..., C)."""
-    import cupy
-
+    cupy = backend.get_array_module(x)
     C = x.shape[-1]
     mean = x.mean(axis=-1, keepdims=True)                                      # (..., 1)
     var = _kernels().squared_deviation_sum(x, mean, axis=-1, keepdims=True) / C
@@ -131,8 +132,7 @@ def layer_norm_backward(dout: Any, gain: Any, x_hat: Any, rstd: Any) -> Any:
 def masked_softmax_(scores: Any, mask: Any, scale: float) -> Any:
     """softmax(scale · scores) over the last axis, -∞ where ``mask`` is False, in place on
     ``scores`` (..., T, S); a row with no key left becomes 0."""
-    import cupy
-
+    cupy = backend.get_array_module(scores)
     kernels = _kernels()
     if mask is None:
         scores *= scale
@@ -162,8 +162,7 @@ def cross_entropy_statistics(z: Any) -> tuple[Any, Any]:
 def cross_entropy_backward(z: Any, row_max: Any, total: Any, row_scale: Any, targets: Any,
                            eps: float) -> Any:
     """dz = row_scale · (softmax(z) - q), q the smoothed one-hot target, in one pass."""
-    import cupy
-
+    cupy = backend.get_array_module(z)
     contiguous = cupy.ascontiguousarray
     dz = cupy.empty(z.shape, dtype=z.dtype)
     _kernels().cross_entropy_backward(

@@ -14,26 +14,27 @@ invisible to the code that holds the arrays.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
-import numpy
+from .. import backend
 
 MIN_BYTES = 32 * 2**20     # smaller arrays come back from malloc's own free lists anyway
 MAX_KEPT_BYTES = 2**30     # kept blocks, in use or free, in all
-_blocks: list[numpy.ndarray] = []  # 1-D uint8 buffers
+_blocks: list[Any] = []  # 1-D uint8 NumPy buffers
 
 
 def empty(shape: tuple[int, ...], dtype: Any, xp: Any) -> Any:
-    dtype = numpy.dtype(dtype)
-    nbytes = int(numpy.prod(shape)) * dtype.itemsize
-    if xp is not numpy or nbytes < MIN_BYTES:
+    dtype = backend.as_dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if xp is not backend.get_backend("cpu").xp or nbytes < MIN_BYTES:
         return xp.empty(shape, dtype=dtype)
     free = [i for i in range(len(_blocks)) if _blocks[i].nbytes >= nbytes and _unused(i)]
     if free:
         block = _blocks[min(free, key=lambda i: _blocks[i].nbytes)]
     else:
-        block = numpy.empty(nbytes, dtype=numpy.uint8)
+        block = xp.empty(nbytes, dtype="uint8")
         _make_room(nbytes)
         if sum(b.nbytes for b in _blocks) + nbytes <= MAX_KEPT_BYTES:
             _blocks.append(block)
