@@ -119,32 +119,55 @@ def gnmt_length_penalty(length: int, alpha: float) -> float:
 
 
 def _best_continuations(logits: Any, alive_scores: Any, n_cand: int) -> tuple[Any, Any]:
-    """Scores (A, K·V) of every continuation, log P(prefix) + log softmax(logits), and the
-    indices (A, n_cand) of each sentence's n_cand best, in no particular order.
+    """The n_cand best continuations of every sentence: their scores (A, n_cand),
+    log P(prefix) + log softmax(logits), and their indices beam·V + token, in no order.
 
-    logits (A·K, V) of the newest position, alive_scores (A, K). Computed on blocks of
-    sentences on worker threads (on the CPU): the log-softmax passes and the partial sort
-    of K·V scores per sentence are most of a beam step's work outside the model."""
+    logits (A·K, V) of the newest position, alive_scores (A, K). Partially sorting all K·V
+    scores of every sentence would be most of a beam step's work outside the model, so the
+    tokens are dealt into G groups by residue (group g: tokens g, g + G, g + 2G, ...). The
+    n_cand best scores lie in the n_cand groups (of the sentence's K·G) with the largest
+    maxima: a group holding one of them has a maximum at least the n_cand-th best score, and
+    fewer than n_cand groups can have a larger one. So one pass takes the group maxima (and
+    the log-softmax normalizer, on blocks of sentences on worker threads), a partial sort picks
+    n_cand groups, and another picks the best n_cand of their tokens."""
     xp = backend.get_array_module(logits)
     A, K = alive_scores.shape
     V = logits.shape[-1]
-    scores = xp.empty((A, K * V), dtype=logits.dtype)                    # (A, K·V)
-    top = xp.empty((A, n_cand), dtype=xp.int64)                          # (A, n_cand)
+    G = min(V, max(n_cand, V // 64))     # groups of about 64 tokens
+    per, tail = divmod(V, G)             # groups g < tail have one more token
+    width = per + (tail > 0)             # tokens per group, padded
+    by_sentence = logits.reshape(A, K, V)
+    group_max = xp.empty((A, K, G), dtype=logits.dtype)                  # (A, K, G)
+    offset = xp.empty((A, K, 1), dtype=logits.dtype)                     # (A, K, 1)
 
-    def block(sentences):
-        z = logits.reshape(A, K, V)[sentences]                           # (a, K, V)
-        # log softmax: z - max - log Σ exp(z - max), plus log P(prefix)
-        shift = z.max(axis=-1, keepdims=True)                            # (a, K, 1)
-        shift += xp.log(xp.exp(z - shift).sum(axis=-1, keepdims=True))
-        shift -= alive_scores[sentences][:, :, None]
-        part = xp.subtract(z, shift, out=scores[sentences].reshape(z.shape))
-        flat = part.reshape(part.shape[0], K * V)                        # (a, K·V)
-        if n_cand < K * V:
-            top[sentences] = xp.argpartition(flat, K * V - n_cand, axis=1)[:, K * V - n_cand:]
-        else:
-            top[sentences] = xp.arange(K * V)[None]
-    for_blocks(block, A, K * V * logits.itemsize, xp)
-    return scores, top
+    def block(sentences):  # steps 1 and 2 read every score: blocks, on worker threads
+        z, top = by_sentence[sentences], group_max[sentences]            # (a, K, V), (a, K, G)
+        # 1. each group's maximum: an elementwise maximum over the rows of a (per, G) view
+        xp.max(z[..., :per * G].reshape(z.shape[0], K, per, G), axis=2, out=top)
+        if tail:
+            xp.maximum(top[..., :tail], z[..., per * G:], out=top[..., :tail])
+        # 2. score = z + offset: log softmax is z - log Σ exp z, plus log P(prefix)
+        m = top.max(axis=-1, keepdims=True)                              # (a, K, 1) row max
+        lse = m + xp.log(xp.exp(z - m).sum(axis=-1, keepdims=True))      # (a, K, 1)
+        xp.subtract(alive_scores[sentences][..., None], lse, out=offset[sentences])
+    for_blocks(block, A, K * V * logits.itemsize, xp, block_bytes=2 * 2**20)
+
+    # 3. the n_cand groups with the largest maxima
+    flat = (group_max + offset).reshape(A, K * G)                        # (A, K·G)
+    groups = xp.argpartition(flat, K * G - n_cand, axis=1)[:, K * G - n_cand:]  # (A, n_cand)
+    beam = groups // G                                                   # (A, n_cand)
+    tokens = (groups % G)[..., None] + G * xp.arange(width)              # (A, n_cand, width)
+    valid = tokens < V                                                   # padding is not
+    tokens = xp.minimum(tokens, V - 1)
+    s, b = xp.arange(A)[:, None, None], beam[..., None]
+    values = xp.where(valid, by_sentence[s, b, tokens] + offset[s, b, 0], -xp.inf)
+    values = values.reshape(A, n_cand * width)                           # (A, n_cand·width)
+    # 4. the best n_cand of their tokens
+    best = xp.argpartition(values, n_cand * (width - 1), axis=1)[:, n_cand * (width - 1):]
+    r = xp.arange(A)[:, None]
+    cand_scores = values[r, best]                                        # (A, n_cand)
+    cand_index = beam[r, best // width] * V + tokens.reshape(A, -1)[r, best]
+    return cand_scores, cand_index
 
 
 def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
@@ -187,9 +210,13 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
 
         # Every sentence's K beams sit in consecutive rows: row = sentence·K + beam.
         rows = xp.repeat(xp.arange(B), K)                                # (B·K,)
-        memory = memory[rows]                                            # (B·K, S, C)
-        src_mask = src_mask[rows]                                        # (B·K, 1, 1, S)
         cache = model.new_cache() if use_cache else None
+        if cache is None:  # every step decodes the B·K prefixes against their memory
+            memory, src_mask = memory[rows], src_mask[rows]              # (B·K, S, C), ...
+        # With the cache, memory, source mask and the cross-attention keys and values keep
+        # one row per sentence, which its K beams share (MultiHeadAttention lets K consecutive
+        # query rows attend to one cached row). The first step decodes one row per sentence,
+        # since the K beams start as the same prefix; the self-attention cache then gets K.
         # At the start the K beams are the same empty prefix: only the first may expand.
         alive_scores = xp.full((B, K), -xp.inf, dtype=float_dtype)       # (A, K) log P
         alive_scores[:, 0] = 0.0
@@ -203,20 +230,23 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
         for t in range(1, limit + 1):  # t: hypothesis length after this step, EOS included
             A = alive_scores.shape[0]
             r = xp.arange(A)[:, None]                                    # (A, 1)
-            if cache is not None:
-                last = (alive_tokens[:, :, -1] if t > 1
-                        else xp.full((A, K), bos_id, dtype=ids_dtype))   # (A, K)
-                logits = model.decode(last.reshape(A * K, 1), memory, src_mask, cache)
+            if cache is not None and t == 1:
+                bos = xp.full((B, 1), bos_id, dtype=ids_dtype)             # (B, 1)
+                newest = model.decode(bos, memory, src_mask, cache).data[:, -1][rows]
+            elif cache is not None:
+                last = alive_tokens[:, :, -1].reshape(A * K, 1)          # (A·K, 1)
+                newest = model.decode(last, memory, src_mask, cache).data[:, -1]
             else:  # alive_tokens are the prefixes, already in beam order
                 prefix = xp.concatenate(
                     [xp.full((A, K, 1), bos_id, dtype=ids_dtype), alive_tokens], axis=2)
-                logits = _decode_prefix(model, prefix.reshape(A * K, t), memory, src_mask)
-            V = logits.shape[-1]
+                newest = _decode_prefix(model, prefix.reshape(A * K, t), memory,
+                                        src_mask).data[:, -1]
+            V = newest.shape[-1]                                         # newest (A·K, V)
             n_cand = min(2 * K, K * V)
             # 1. The 2K best continuations per sentence, best first.
-            scores, top = _best_continuations(logits.data[:, -1], alive_scores, n_cand)
-            top = top[r, xp.argsort(-scores[r, top], axis=1)]            # (A, 2K)
-            cand_scores = scores[r, top]                                 # (A, 2K)
+            cand_scores, top = _best_continuations(newest, alive_scores, n_cand)
+            order = xp.argsort(-cand_scores, axis=1)                     # (A, 2K)
+            cand_scores, top = cand_scores[r, order], top[r, order]      # (A, 2K)
             cand_beams, cand_tokens = top // V, (top % V).astype(ids_dtype)
             is_eos = cand_tokens == eos_id                               # (A, 2K)
 
@@ -256,12 +286,15 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
                 flat, active = flat[going], active[going]                # (A', K), (A',)
                 alive_scores, alive_tokens = alive_scores[going], alive_tokens[going]
             flat = flat.reshape(-1)                                      # (A'·K,)
-            # The beams of a sentence share its source: memory, source mask and the
-            # cross-attention keys and values need new rows only when sentences leave.
+            if cache is None:
+                if n_done:  # the beams of a sentence share its source rows
+                    memory, src_mask = memory[flat], src_mask[flat]
+                continue
+            staying = xp.nonzero(going)[0] if n_done else None           # (A',) sentence rows
             if n_done:
-                memory, src_mask = memory[flat], src_mask[flat]
-            if cache is not None:
-                cache.reorder(flat, cross=bool(n_done))
+                memory, src_mask = memory[staying], src_mask[staying]
+            # after the first step the self-attention cache grows from 1 to K rows a sentence
+            cache.reorder(flat // K if t == 1 else flat, cross_index=staying)
 
         # Sentences that reached the limit without a finished hypothesis: their best prefix.
         if t == limit and alive_scores.shape[0]:

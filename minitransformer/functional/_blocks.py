@@ -36,14 +36,16 @@ def _executor() -> ThreadPoolExecutor:
 
 
 def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any,
-               threads: bool = True) -> None:
+               threads: bool = True, block_bytes: int = BLOCK_BYTES) -> None:
     """Run ``kernel(rows)`` over slices of rows 0..n, each about BLOCK_BYTES of one array of
     ``row_bytes`` per row, spread over the worker threads (one call on CuPy or when small).
 
     ``threads=False`` runs the blocks one after another, for kernels whose matrix products
     already use every core through BLAS (two BLAS calls at once would fight for the cores).
+    A larger ``block_bytes`` suits kernels of many small NumPy calls, whose per-call cost
+    would otherwise outweigh the gain from staying in cache.
     """
-    rows_per_block = max(1, BLOCK_BYTES // max(1, row_bytes))
+    rows_per_block = max(1, block_bytes // max(1, row_bytes))
     if n <= rows_per_block or _cuda.is_cupy(xp):
         kernel(slice(0, n))
         return

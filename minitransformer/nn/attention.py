@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import backend
 from .. import functional as F
+from ..autograd.tensor import Tensor
 from .layers import Linear
 from .module import Module
 
@@ -83,7 +85,9 @@ class MultiHeadAttention(Module):
         B, T, C = query.shape
         if cache is not None and static_kv and cache.k is not None:
             q = self._split_heads(self.w_q(query))                   # (B, H, T, D)
-            k, v = cache.k, cache.v                                  # (B, H, S, D)
+            k, v = cache.k, cache.v                                  # (B', H, S, D)
+            if k.shape[0] != B:  # every cached row serves B / B' consecutive query rows
+                return self._shared_kv_attention(q, k, v, mask, return_weights)
         else:
             if key is query and value is query:  # self-attention: Q, K, V in one matmul
                 q, k, v = self._project(query, self.w_q, self.w_k, self.w_v)
@@ -99,13 +103,50 @@ class MultiHeadAttention(Module):
                 v = F.concat([cache.v, v], axis=2)
             if cache is not None:
                 cache.k, cache.v = k, v
+        return self._attend(q, k, v, mask, return_weights)
+
+    def _attend(self, q: Any, k: Any, v: Any, mask: Any, return_weights: bool) -> Any:
+        """Attention over heads q (B, H, T, D), k and v (B, H, S, D), then W^O."""
+        B, H, T, D = q.shape
         want_weights = return_weights or self.record_weights
         attended = F.scaled_dot_product_attention(q, k, v, mask, return_weights=want_weights)
         out, weights = attended if want_weights else (attended, None)
         if self.record_weights:
             self.weights = weights
-        out = out.transpose(0, 2, 1, 3).reshape(B, T, C)             # (B, T, H·D): concat heads
+        out = out.transpose(0, 2, 1, 3).reshape(B, T, H * D)         # (B, T, H·D): concat heads
         out = self.w_o(out)                                          # (B, T, C)
+        return (out, weights) if return_weights else out
+
+    def _shared_kv_attention(self, q: Any, k: Any, v: Any, mask: Any,
+                             return_weights: bool) -> Any:
+        """Cross-attention of q (B, H, T, D) on cached keys and values (B', H, S, D) with
+        B = g·B': query rows g·i .. g·i + g - 1 all attend to cached row i (beam search: the
+        g beams of a sentence share its memory). Those g rows' queries become g·T queries of
+        one row, so the memory's keys and values are read once per sentence, not g times.
+        A mask with B rows is regrouped the same way."""
+        B, H, T, D = q.shape
+        B_kv, S = k.shape[0], k.shape[2]
+        g = B // B_kv
+        if g * B_kv != B:
+            raise ValueError(f"attention: {B} query rows cannot share {B_kv} cached key/value "
+                             "rows; the cached rows must divide the queries' batch.")
+        mask = mask.data if isinstance(mask, Tensor) else mask
+        if mask is not None and mask.ndim == 4 and mask.shape[0] == B:  # (B, H_m, T_m, S)
+            H_m = mask.shape[1]
+            mask = backend.get_array_module(mask).broadcast_to(mask, (B, H_m, T, S))
+            mask = mask.reshape(B_kv, g, H_m, T, S).transpose(0, 2, 1, 3, 4)
+            mask = mask.reshape(B_kv, H_m, g * T, S)                 # (B', H_m, g·T, S)
+        q = q.reshape(B_kv, g, H, T, D).transpose(0, 2, 1, 3, 4).reshape(B_kv, H, g * T, D)
+        attended = self._attend(q, k, v, mask, return_weights)       # (B', g·T, C)
+        out, weights = attended if return_weights else (attended, None)
+        C = out.shape[-1]
+        out = out.reshape(B_kv, g, T, C).reshape(B, T, C)           # (B, T, C)
+        if self.record_weights or return_weights:                    # (B', H, g·T, S) -> B rows
+            weights = (weights if weights is not None else self.weights)
+            weights = weights.reshape(B_kv, H, g, T, S).transpose(0, 2, 1, 3, 4)
+            weights = weights.reshape(B, H, T, S)
+            if self.record_weights:
+                self.weights = weights
         return (out, weights) if return_weights else out
 
     def extra_repr(self) -> str:

@@ -21,6 +21,8 @@ from .layers import LayerNorm
 from .module import Module, ModuleList
 from .residual import Residual
 
+SAME = object()  # DecoderCache.reorder: the cross-attention caches take the same rows
+
 
 class DecoderCache:
     """Per layer, the self-attention and cross-attention keys and values computed so far."""
@@ -29,14 +31,21 @@ class DecoderCache:
         self.layers = [(KVCache(), KVCache()) for _ in range(n_layers)]
         self.length = 0  # target positions already decoded
 
-    def reorder(self, index: Any, cross: bool = True) -> None:
-        """Keep batch rows ``index`` in every layer (beam search). With ``cross=False`` the
-        cross-attention keys and values stay as they are: right when every row of ``index``
-        holds the same source sentence as the row it replaces (beams of one sentence)."""
+    def reorder(self, index: Any, cross_index: Any = SAME) -> None:
+        """Keep batch rows ``index`` of every layer's cache (beam search).
+
+            cache.reorder(index)                          self and cross caches alike
+            cache.reorder(index, cross_index=None)        cross-attention caches untouched
+            cache.reorder(index, cross_index=sentences)   their own rows
+
+        The cross-attention keys and values may keep fewer rows than the self-attention ones:
+        with B' rows for B = g·B' queries, each serves g consecutive query rows (beam search
+        keeps one per sentence for its beams)."""
+        cross_index = index if cross_index is SAME else cross_index
         for self_cache, cross_cache in self.layers:
             self_cache.reorder(index)
-            if cross:
-                cross_cache.reorder(index)
+            if cross_index is not None:
+                cross_cache.reorder(cross_index)
 
 
 class DecoderLayer(Module):

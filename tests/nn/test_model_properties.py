@@ -195,6 +195,40 @@ def test_cache_reorder_follows_a_permutation_of_the_batch(device):
     assert_allclose(rest, expected[:, 3:], atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("mask_rows", ["per sentence", "per query row"])
+def test_cached_cross_attention_rows_can_serve_several_query_rows(device, mask_rows):
+    """Beam search keeps one cross-attention row per sentence for its g beams: attention of
+    B = g·B' query rows on B' cached rows equals attention on the rows repeated g times, with
+    the mask given per sentence or per query row, and so do the recorded weights."""
+    mt.manual_seed(0)
+    attn = MultiHeadAttention(16, 4)
+    g, B_kv, T, S = 3, 2, 2, 5
+    rng = np.random.default_rng(0)
+    query = mt.tensor(rng.standard_normal((g * B_kv, T, 16)).astype(np.float32))
+    memory = mt.tensor(rng.standard_normal((B_kv, S, 16)).astype(np.float32))
+    mask = np.ones((B_kv, 1, 1, S), dtype=bool)
+    mask[1, ..., 3:] = False                               # the second sentence is shorter
+    shared, repeated = mt.nn.attention.KVCache(), mt.nn.attention.KVCache()
+    with mt.no_grad():
+        attn(query[:B_kv], memory, memory, mask, cache=shared, static_kv=True)  # fills it
+        rows = np.repeat(np.arange(B_kv), g)
+        attn(query, memory[rows], memory[rows], mask[rows], cache=repeated, static_kv=True)
+        attn.record_weights = True
+        given_mask = mask if mask_rows == "per sentence" else mask[rows]
+        out, weights = attn(query, memory, memory, given_mask, cache=shared, static_kv=True,
+                            return_weights=True)
+        recorded = attn.weights
+        expected, expected_weights = attn(query, memory[rows], memory[rows], mask[rows],
+                                          cache=repeated, static_kv=True, return_weights=True)
+    assert shared.k.shape[0] == B_kv and repeated.k.shape[0] == g * B_kv
+    assert_allclose(host(out), host(expected), atol=ATOL, rtol=0)
+    assert_allclose(host(weights), host(expected_weights), atol=ATOL, rtol=0)
+    assert_allclose(host(recorded), host(expected_weights), atol=ATOL, rtol=0)
+    assert host(weights)[g:, :, :, 3:].max() == 0  # the shorter sentence's beams
+    with pytest.raises(ValueError, match="cannot share"):
+        attn(query[:5], memory, memory, None, cache=shared, static_kv=True)
+
+
 # ----------------------------------------------------------------------------- attention
 
 def test_attention_weights_are_distributions_with_zero_on_masked_keys(device):
