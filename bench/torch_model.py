@@ -52,11 +52,13 @@ class DecoderCache:
         self.layers = [(KVCache(), KVCache()) for _ in range(n_layers)]
         self.length = 0  # target positions already decoded
 
-    def reorder(self, index: torch.Tensor, cross: bool = True) -> None:
+    def reorder(self, index: torch.Tensor, cross_index: torch.Tensor | None = None) -> None:
+        """Self-attention rows ``index``; cross-attention rows ``cross_index`` (None: kept).
+        (minitransformer's reorder(index) alone moves both: greedy search passes both.)"""
         for self_cache, cross_cache in self.layers:
             self_cache.reorder(index)
-            if cross:
-                cross_cache.reorder(index)
+            if cross_index is not None:
+                cross_cache.reorder(cross_index)
 
 
 class MultiHeadAttention(nn.Module):
@@ -80,7 +82,17 @@ class MultiHeadAttention(nn.Module):
         B, T, C = query.shape
         q = self.split_heads(self.w_q(query))                           # (B, H, T, D)
         if cache is not None and static_kv and cache.k is not None:
-            k, v = cache.k, cache.v                                     # (B, H, S, D)
+            k, v = cache.k, cache.v                                     # (B', H, S, D)
+            if k.shape[0] != B:  # B = g·B': g consecutive query rows share a cached row
+                g, S = B // k.shape[0], k.shape[2]
+                q = q.reshape(-1, g, self.n_heads, T, self.d_head).transpose(1, 2)
+                q = q.reshape(-1, self.n_heads, g * T, self.d_head)     # (B', H, g·T, D)
+                if mask.shape[0] == B:
+                    mask = mask.expand(B, mask.shape[1], T, S).reshape(
+                        -1, g, mask.shape[1], T, S).transpose(1, 2).reshape(
+                        -1, mask.shape[1], g * T, S)                    # (B', H_m, g·T, S)
+                out = self._attend(q, k, v, mask)                       # (B', g·T, C)
+                return out.reshape(B, T, C)
         else:
             k = self.split_heads(self.w_k(key))                         # (B, H, S_new, D)
             v = self.split_heads(self.w_v(key))
@@ -89,11 +101,16 @@ class MultiHeadAttention(nn.Module):
                 v = torch.cat([cache.v, v], dim=2)
             if cache is not None:
                 cache.k, cache.v = k, v
+        return self._attend(q, k, v, mask)
+
+    def _attend(self, q, k, v, mask):
+        """Heads q (B, H, T, D), k and v (B, H, S, D) -> (B, T, C) after W^O."""
+        B, H, T, D = q.shape
         # minitransformer multiplies by 1/√D rather than dividing: the same rounding
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))  # (B, H, T, S)
         scores = scores.masked_fill(~mask, float("-inf"))
         out = scores.softmax(dim=-1) @ v                                # (B, H, T, D)
-        return self.w_o(out.transpose(1, 2).reshape(B, T, C))           # (B, T, C)
+        return self.w_o(out.transpose(1, 2).reshape(B, T, H * D))       # (B, T, C)
 
 
 class FeedForward(nn.Module):
@@ -293,7 +310,7 @@ def greedy_decode(model, src, bos_id, eos_id, max_len=None, use_cache=True):
                 active, prefix = active[keep], prefix[keep]
                 memory, src_mask = memory[keep], src_mask[keep]
                 if cache is not None:
-                    cache.reorder(keep)
+                    cache.reorder(keep, keep)
     return _strip(out.tolist(), eos_id)
 
 
@@ -301,8 +318,9 @@ def beam_search(model, src, bos_id, eos_id, beam_size=4, length_penalty=0.6, max
                 use_cache=True):
     """minitransformer.decode.beam_search for torch ids (B, S); see it for the algorithm.
 
-    One difference of means, not of result: torch.topk replaces argpartition + argsort for the
-    2K best candidates (both best first; exact ties may come out in another order)."""
+    One difference of means, not of result: torch.topk replaces decode.py's grouped partial
+    sort for the 2K best candidates (both best first; exact ties may come out in another
+    order). As there, with the cache a sentence's beams share one cross-attention row."""
     alpha, K, lp = float(length_penalty), beam_size, gnmt_length_penalty
     with _generating(model):
         src_mask = model.source_mask(src)
@@ -314,8 +332,9 @@ def beam_search(model, src, bos_id, eos_id, beam_size=4, length_penalty=0.6, max
         inf = float("inf")
 
         rows = torch.arange(B, device=dev).repeat_interleave(K)         # (B·K,)
-        memory, src_mask = memory[rows], src_mask[rows]                 # (B·K, S, C)
         cache = model.new_cache() if use_cache else None
+        if cache is None:  # with the cache: a row per sentence, shared by its beams
+            memory, src_mask = memory[rows], src_mask[rows]             # (B·K, S, C)
         alive_scores = torch.full((B, K), -inf, dtype=memory.dtype, device=dev)  # (A, K)
         alive_scores[:, 0] = 0.0
         alive_tokens = torch.zeros((B, K, 0), dtype=ids, device=dev)    # (A, K, t)
@@ -327,15 +346,17 @@ def beam_search(model, src, bos_id, eos_id, beam_size=4, length_penalty=0.6, max
         for t in range(1, limit + 1):
             A = alive_scores.shape[0]
             r = torch.arange(A, device=dev)[:, None]                    # (A, 1)
-            if cache is not None:
-                last = (alive_tokens[:, :, -1] if t > 1
-                        else torch.full((A, K), bos_id, dtype=ids, device=dev))  # (A, K)
-                logits = model.decode(last.reshape(A * K, 1), memory, src_mask, cache)
+            if cache is not None and t == 1:  # one row per sentence: its beams are equal
+                bos = torch.full((B, 1), bos_id, dtype=ids, device=dev)
+                newest = model.decode(bos, memory, src_mask, cache)[:, -1][rows]
+            elif cache is not None:
+                last = alive_tokens[:, :, -1].reshape(A * K, 1)         # (A·K, 1)
+                newest = model.decode(last, memory, src_mask, cache)[:, -1]
             else:
                 bos = torch.full((A, K, 1), bos_id, dtype=ids, device=dev)
                 prefix = torch.cat([bos, alive_tokens], dim=2).reshape(A * K, t)
-                logits = _decode_prefix(model, prefix, memory, src_mask)
-            log_probs = logits[:, -1].log_softmax(dim=-1)               # (A·K, V)
+                newest = _decode_prefix(model, prefix, memory, src_mask)[:, -1]
+            log_probs = newest.log_softmax(dim=-1)                      # (A·K, V)
             V = log_probs.shape[-1]
             scores = (alive_scores.reshape(A * K, 1) + log_probs).reshape(A, K * V)
 
@@ -380,10 +401,14 @@ def beam_search(model, src, bos_id, eos_id, beam_size=4, length_penalty=0.6, max
                 flat, active = flat[going], active[going]
                 alive_scores, alive_tokens = alive_scores[going], alive_tokens[going]
             flat = flat.reshape(-1)                                     # (A'·K,)
-            if n_done:  # a sentence's beams share its source (as in decode.py)
-                memory, src_mask = memory[flat], src_mask[flat]
-            if cache is not None:
-                cache.reorder(flat, cross=bool(n_done))
+            if cache is None:
+                if n_done:  # a sentence's beams share its source (as in decode.py)
+                    memory, src_mask = memory[flat], src_mask[flat]
+                continue
+            staying = going.nonzero()[:, 0] if n_done else None         # (A',)
+            if n_done:
+                memory, src_mask = memory[staying], src_mask[staying]
+            cache.reorder(flat // K if t == 1 else flat, staying)
 
         if t == limit and alive_scores.shape[0]:
             none = ~torch.isfinite(best_scores[active])

@@ -144,6 +144,8 @@ CASES: list[Case] = [
     # fused layers of the Transformer
     Case("linear", F.linear, inputs(normal(2, 3, 4), normal(5, 4), normal(5)), "3-D input, bias"),
     Case("linear", F.linear, inputs(normal(2, 3, 4), normal(5, 4)), "no bias"),
+    Case("linear_relu", F.linear_relu, inputs(normal(2, 3, 4), normal(5, 4), normal(5)),
+         "3-D input, bias"),
     Case("softmax", F.softmax, inputs(normal(3, 5)), "axis -1"),
     Case("softmax", lambda a: F.softmax(a, axis=0), inputs(normal(4, 3)), "axis 0"),
     Case("log_softmax", F.log_softmax, inputs(normal(3, 5)), "axis -1"),

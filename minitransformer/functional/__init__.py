@@ -10,7 +10,7 @@ from .basic import add, astype, div, exp, log, mul, neg, pow, sqrt, sub
 from .dropout import dropout
 from .embedding import embedding
 from .indexing import concat, getitem, masked_fill, split, stack, where
-from .linalg import linear, matmul
+from .linalg import linear, linear_relu, matmul
 from .loss import cross_entropy
 from .normalization import layer_norm
 from .reduction import max, mean, sum
@@ -18,7 +18,8 @@ from .shape import broadcast_to, permute, reshape, sum_to, swapaxes, transpose
 
 __all__ = [
     "add", "astype", "broadcast_to", "causal_mask", "concat", "cross_entropy", "div", "dropout",
-    "embedding", "exp", "getitem", "layer_norm", "linear", "log", "log_softmax", "masked_fill",
+    "embedding", "exp", "getitem", "layer_norm", "linear", "linear_relu", "log", "log_softmax",
+    "masked_fill",
     "matmul", "max", "mean", "mul", "neg", "permute", "pow", "relu", "reshape",
     "scaled_dot_product_attention", "softmax", "split", "sqrt", "stack", "sub", "sum", "sum_to",
     "swapaxes", "tanh", "transpose", "where",

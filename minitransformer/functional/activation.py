@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..autograd.function import Function
+from ._blocks import for_element_blocks
 
 
 class Tanh(Function):
@@ -37,15 +38,23 @@ class Tanh(Function):
 
 
 class ReLU(Function):
+    """On blocks of elements on worker threads (the (B, T, d_ff) hidden layer of every FFN)."""
+
     def forward(self, a):
-        y = backend.get_array_module(a).maximum(a, 0)
+        xp = backend.get_array_module(a)
+        y = xp.empty_like(a)
+        for_element_blocks(lambda a, y: xp.maximum(a, 0, out=y), (a, y), xp)
         self.saved = y
         return y
 
     def backward(self, dout):
         y = self.saved
+        xp = backend.get_array_module(dout)
+        da = xp.empty_like(dout)
         # fwd: y = max(0, a)  ->  da = dout where a > 0 (equivalently y > 0), else 0
-        return dout * (y > 0)
+        for_element_blocks(lambda dout, y, da: xp.multiply(dout, y > 0, out=da),
+                           (dout, y, da), xp)
+        return da
 
 
 class Softmax(Function):

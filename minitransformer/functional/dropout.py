@@ -13,6 +13,11 @@ expected value of every entry is unchanged and evaluation needs no rescaling:
 
 In evaluation (or with p = 0) dropout is the identity.
 
+On the CPU, u is a 16-bit integer in [0, 65536) rather than a float: half the random bits of
+a float32 draw, and twice as fast, with keep = [u >= round(65536 p)]. An entry is then dropped
+with probability p rounded to a multiple of 1/65536 (0.1 becomes 0.100006); kept entries are
+still scaled by exactly 1 / (1 - p), so E[y] is x within 1e-5 of its size.
+
 Dimensions: x any shape (typically (B, T, C)); keep has the shape of x.
 """
 
@@ -25,23 +30,28 @@ from ._blocks import for_element_blocks
 
 
 class Dropout(Function):
-    """The mask comes from ``backend.rng`` of x's device, drawn in float32 whatever x's dtype,
-    so one seed gives the same mask in float32 training and float64 gradient checks."""
+    """The mask comes from ``backend.rng`` of x's device, drawn the same way whatever x's
+    dtype, so one seed gives the same mask in float32 training and float64 gradient checks."""
+
+    LEVELS = 2 ** 16  # CPU: u is a uint16, p a multiple of 1 / LEVELS
 
     def __init__(self, p: float):
         self.p = _check_p(p)
 
     def forward(self, x):
-        # 1. keep = [u >= p], u uniform in [0, 1)
         xp = backend.get_array_module(x)
-        u = backend.rng(backend.device_of(x)).random(x.shape, dtype="float32")
-        if _cuda.is_cupy(xp):  # steps 1-2 in one kernel
+        generator = backend.rng(backend.device_of(x))
+        if _cuda.is_cupy(xp):  # steps 1-2 in one kernel, u a float32 in [0, 1)
+            u = generator.random(x.shape, dtype="float32")
             y, self.saved = _cuda.dropout_forward(x, u, self.p)
             return y
+        # 1. keep = [u >= p], u uniform in [0, 65536), p as a count of those levels
+        threshold = round(self.p * self.LEVELS)
+        u = generator.integers(0, self.LEVELS, size=x.shape, dtype=xp.uint16)
         keep, y = xp.empty(x.shape, dtype=bool), xp.empty_like(x)
 
         def apply(u, keep, x, y):  # on blocks of elements, on worker threads
-            xp.greater_equal(u, self.p, out=keep)
+            xp.greater_equal(u, threshold, out=keep)
             # 2. y = x ∘ keep / (1 - p)
             xp.multiply(x, keep, out=y)
             y *= 1.0 / (1.0 - self.p)

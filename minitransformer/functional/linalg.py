@@ -8,6 +8,7 @@
 added axis is removed from the result (and from the gradient).
 
     y = linear(x, W, b) = x Wᵀ + b      dx = dout W,  dW = doutᵀ x,  db = Σ_rows dout
+    y = linear_relu(x, W, b) = max(0, x Wᵀ + b)      the same with dout ∘ [y > 0] for dout
 
 Dimensions: C_in, C_out the features in and out of a linear layer; N the number of rows once
 the leading axes (B, T, ...) of its input are flattened into one.
@@ -18,6 +19,7 @@ from __future__ import annotations
 from .. import backend
 from ..autograd.function import Function
 from . import _workspace
+from ._blocks import for_blocks
 from ._broadcast import broadcast_shapes, sum_to
 from ._reduce import sum_rows
 
@@ -76,6 +78,8 @@ class Linear(Function):
         db = Σ_rows dout     the bias was broadcast over the N rows
     """
 
+    relu = False  # LinearReLU: y = max(0, x Wᵀ + b)
+
     def forward(self, x, weight, bias=None):
         if weight.ndim != 2:
             raise ValueError(f"linear: weight must be 2-D (C_out, C_in), got shape "
@@ -95,18 +99,25 @@ class Linear(Function):
         # 2. y = x Wᵀ
         y2 = _workspace.empty((x2.shape[0], C_out), x.dtype, xp)        # (N, C_out)
         xp.matmul(x2, weight.T, out=y2)
-        # 3. y = y + b
-        if bias is not None:
-            y2 += bias                        # in place: y2 is the product's new array
-        self.saved = (x2, weight)
+        # 3. y = y + b (and 4. y = max(0, y) in LinearReLU), in place: y2 is the product's
+        # new array; on blocks of rows on worker threads
+        if bias is not None or self.relu:
+            for_blocks(lambda rows: _bias_relu_(y2[rows], bias, self.relu, xp),
+                       y2.shape[0], C_out * y2.itemsize, xp)
+        self.saved = (x2, weight, y2 if self.relu else None)
         return y2.reshape(x.shape[:-1] + (C_out,))                      # (..., C_out)
 
     def backward(self, dout):
-        x2, weight = self.saved
+        x2, weight, y2 = self.saved
         xp = backend.get_array_module(dout)
         C_out, C_in = weight.shape
         # fwd 1 (undone last): dout gets the same flat view of the leading axes
         dout2 = dout.reshape(-1, C_out)                                 # (N, C_out)
+        if self.relu:  # fwd 4: y = max(0, z)  ->  dz = dout where y > 0, else 0 (as relu)
+            masked = xp.empty_like(dout2)                               # (N, C_out)
+            for_blocks(lambda rows: xp.multiply(dout2[rows], y2[rows] > 0, out=masked[rows]),
+                       dout2.shape[0], C_out * dout2.itemsize, xp)
+            dout2 = masked
         dx = dW = db = None
         # fwd 3: y = y + b  ->  db = Σ_rows dout (b was broadcast over the N rows)
         if self.has_bias and self.needs_input_grad[2]:
@@ -119,6 +130,28 @@ class Linear(Function):
         return (dx, dW, db) if self.has_bias else (dx, dW)
 
 
+class LinearReLU(Linear):
+    """y = max(0, x Wᵀ + b): the first layer of the feed-forward network (§3.3) and its ReLU
+    as one Function. The bias and the ReLU are one pass over the product's output, in place,
+    where linear then relu would write a second (N, d_ff) array; backward turns dout into
+    dz = dout ∘ [y > 0] (the subgradient 0 at 0, as relu) and goes on as Linear's."""
+
+    relu = True
+
+
+def _bias_relu_(y, bias, relu, xp):
+    """y += bias (when given), then y = max(0, y) when ``relu``: in place on a block of rows."""
+    if bias is not None:
+        y += bias
+    if relu:
+        xp.maximum(y, 0, out=y)
+
+
 def linear(x, weight, bias=None):
     """x Wᵀ + b: x (..., C_in), weight (C_out, C_in), bias (C_out,) or None -> (..., C_out)."""
     return Linear()(x, weight) if bias is None else Linear()(x, weight, bias)
+
+
+def linear_relu(x, weight, bias=None):
+    """max(0, x Wᵀ + b), the same shapes as ``linear``, fused."""
+    return LinearReLU()(x, weight) if bias is None else LinearReLU()(x, weight, bias)

@@ -23,5 +23,6 @@ class PositionwiseFeedForward(Module):
         self.w_2 = Linear(d_ff, d_model)
 
     def forward(self, x: Any) -> Any:
-        hidden = F.relu(self.w_1(x))                                 # (B, T, F)
+        # relu(w_1(x)) as one Function: bias and ReLU in one pass over the (B, T, F) product
+        hidden = F.linear_relu(x, self.w_1.weight, self.w_1.bias)    # (B, T, F)
         return self.w_2(hidden)                                      # (B, T, C)

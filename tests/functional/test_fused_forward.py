@@ -83,6 +83,22 @@ def test_linear_matches_a_loop(device):
     np.testing.assert_allclose(host(y), linear_ref(x, W, np.zeros(5)), rtol=1e-5, atol=1e-5)
 
 
+def test_linear_relu_is_relu_of_linear_forward_and_backward(device):
+    x, W, b = normal(3, 4, 6), normal(5, 6), normal(5)
+    dout = normal(3, 4, 5)
+    results = []
+    for fused in (True, False):
+        tensors = [on(device, a, grad=True) for a in (x, W, b)]
+        y = F.linear_relu(*tensors) if fused else F.relu(F.linear(*tensors))
+        y.backward(on(device, dout))
+        results.append([host(y)] + [host(t.grad) for t in tensors])
+    assert (results[0][0] == 0).any() and (results[0][0] > 0).any()  # both sides of the kink
+    for fused, plain in zip(*results, strict=True):
+        np.testing.assert_allclose(fused, plain, rtol=1e-12, atol=1e-12)
+    expected = np.maximum(linear_ref(x, W, b), 0)
+    np.testing.assert_allclose(results[0][0], expected, rtol=1e-5, atol=1e-5)
+
+
 def test_softmax_and_log_softmax_match_math(device):
     x = normal(3, 5)
     ref = np.array([softmax_row(row) for row in x])
@@ -157,6 +173,7 @@ def _ops():
         "linear": (F.linear, [normal(2, 3, 4), normal(5, 4), normal(5)]),
         "softmax": (F.softmax, [normal(3, 5)]),
         "log_softmax": (lambda x: F.log_softmax(x, axis=0), [normal(3, 5)]),
+        "linear_relu": (F.linear_relu, [normal(2, 3, 4), normal(5, 4), normal(5)]),
         "layer_norm": (F.layer_norm, [normal(2, 3, 6), normal(6), normal(6)]),
         "dropout": (lambda x: F.dropout(x, 0.3), [normal(4, 5)]),
         "embedding": (lambda W, i: F.embedding(i, W, padding_idx=0), [normal(4, 3), ids]),
