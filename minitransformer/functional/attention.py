@@ -61,7 +61,7 @@ class ScaledDotProductAttention(Function):
             out = xp.matmul(P, v)                                       # (..., T, Dv)
         else:  # all steps on one block of the leading axis at a time, while it is in cache
             P = xp.empty(q.shape[:-1] + (k.shape[-2],), dtype=q.dtype)  # (..., T, S)
-            out = xp.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)  # (..., T, Dv)
+            out = _heads_last(xp, q.shape[:-1] + (v.shape[-1],), q.dtype)  # (..., T, Dv)
 
             def attend(rows):
                 # 1. S = Q Kᵀ / √D, in place in P (steps 2-5 too)
@@ -121,6 +121,16 @@ def _for_leading_blocks(kernel, P, xp):
     else:
         # one block after another: the matmuls inside use every core through BLAS
         for_blocks(kernel, P.shape[0], P[0].nbytes, xp, threads=False)
+
+
+def _heads_last(xp, shape, dtype):
+    """An empty (B, H, T, Dv) array laid out as (B, T, H, Dv) in memory: multi-head attention
+    merges the heads next, out.transpose(0, 2, 1, 3).reshape(B, T, H·Dv), which is then a
+    view instead of a copy. Other ranks: C order."""
+    if len(shape) != 4:
+        return xp.empty(shape, dtype=dtype)
+    B, H, T, Dv = shape
+    return xp.empty((B, T, H, Dv), dtype=dtype).transpose(0, 2, 1, 3)
 
 
 def _block_of(mask, rows, ndim):

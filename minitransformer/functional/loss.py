@@ -68,13 +68,16 @@ class CrossEntropy(Function):
         if _cuda.is_cupy(xp):  # m and Σe in two reductions, e itself never stored
             e = None
             row_max, sum_e = _cuda.cross_entropy_statistics(z)          # (N_rows,) each
+            sum_z = sum_last(z) if self.eps else None                   # (N_rows,)
         else:
             e = _workspace.empty(z.shape, z.dtype, xp)                  # (N_rows, V)
             row_max = xp.empty(z.shape[0], dtype=z.dtype)               # (N_rows,)
-            sum_e = xp.empty_like(row_max)                              # (N_rows,)
+            sum_e, sum_z = xp.empty_like(row_max), xp.empty_like(row_max)  # (N_rows,) each
 
             def statistics(rows):  # on a block of rows, while it is in the cache
                 row_max[rows] = z[rows].max(axis=-1)
+                if self.eps:                                            # Σ_v z_v, for step 3
+                    sum_z[rows] = sum_last(z[rows])
                 e_rows = xp.subtract(z[rows], row_max[rows, None], out=e[rows])
                 xp.exp(e_rows, out=e_rows)                              # e = exp(z - m)
                 sum_e[rows] = sum_last(e_rows)
@@ -85,7 +88,7 @@ class CrossEntropy(Function):
         z_y = xp.take_along_axis(z, t_safe, axis=-1)[:, 0]              # (N_rows,)
         loss_rows = (1.0 - self.eps) * (log_sum - (z_y - row_max))
         if self.eps:
-            loss_rows += self.eps * (log_sum - (sum_last(z) / V - row_max))  # (N_rows,)
+            loss_rows += self.eps * (log_sum - (sum_z / V - row_max))  # (N_rows,)
         # 4. L = Σ_real ℓ / N, with N = max(number of real tokens, 1): 0, not 0/0, if none
         n_real = xp.maximum(real.sum(), 1).astype(logits.dtype)        # ()
         loss = xp.asarray((loss_rows * real).sum() / n_real)            # ()

@@ -72,34 +72,42 @@ class LayerNorm(Function):
         x_hat, rstd, gain = self.saved
         xp = backend.get_array_module(dout)
         C = x_hat.shape[-1]
-        dx = dgain = dbias = None
-        # fwd 4: y = gain ∘ x̂ + bias  ->  dgain = Σ_rows dout ∘ x̂, dbias = Σ_rows dout
-        dout_x_hat = dout * x_hat                                       # (..., C)
-        if self.needs_input_grad[1]:
-            dgain = sum_rows(dout_x_hat.reshape(-1, C))                # (C,)
-        if self.needs_input_grad[2]:
-            dbias = sum_rows(dout.reshape(-1, C))                      # (C,)
-        if self.needs_input_grad[0] and _cuda.is_cupy(xp):
-            dx = _cuda.layer_norm_backward(dout, gain, x_hat, rstd)    # one kernel
-        elif self.needs_input_grad[0]:
+        if _cuda.is_cupy(xp):  # dx in one kernel; dgain, dbias as below on all rows at once
+            dx = (_cuda.layer_norm_backward(dout, gain, x_hat, rstd)
+                  if self.needs_input_grad[0] else None)
+            dgain = sum_rows((dout * x_hat).reshape(-1, C)) if self.needs_input_grad[1] else None
+            dbias = sum_rows(dout.reshape(-1, C)) if self.needs_input_grad[2] else None
+            return dx, dgain, dbias
+        # Everything on blocks of rows on worker threads, in one pass: each block adds its
+        # rows' share of dgain and dbias to partial sums, added up in block order at the end.
+        d2, x_hat2, rstd2 = dout.reshape(-1, C), x_hat.reshape(-1, C), rstd.reshape(-1, 1)
+        dx = xp.empty_like(d2) if self.needs_input_grad[0] else None   # (N, C)
+        partial: dict[int, tuple] = {}                                  # block start -> sums
+
+        def gradients(rows):
+            d, xh = d2[rows], x_hat2[rows]                              # (n, C) each
+            # fwd 4: y = gain ∘ x̂ + bias  ->  dgain = Σ_rows dout ∘ x̂, dbias = Σ_rows dout
+            d_xh = d * xh                                               # (n, C)
+            partial[rows.start] = (sum_rows(d_xh), sum_rows(d))
+            if dx is None:
+                return
             #                               dx̂ = g = dout ∘ gain
             # fwd 3-1: x̂ = (x - μ) · rstd  ->  dx = rstd (g - mean(g) - x̂ mean(g ∘ x̂))
             # Both means are matrix-vector products with gain, without forming g ∘ x̂:
             # mean(g) = (dout · gain) / C,  mean(g ∘ x̂) = ((dout ∘ x̂) · gain) / C
-            d2, x_hat2, rstd2 = dout.reshape(-1, C), x_hat.reshape(-1, C), rstd.reshape(-1, 1)
-            dout_x_hat2 = dout_x_hat.reshape(-1, C)
-            dx = xp.empty_like(d2)                                      # (N, C)
-
-            def input_gradient(rows):  # a block of rows, on a worker thread
-                mean_g = (d2[rows] @ gain)[:, None] / C                 # (n, 1)
-                mean_gx = (dout_x_hat2[rows] @ gain)[:, None] / C       # (n, 1)
-                g = xp.multiply(d2[rows], gain, out=dx[rows])           # (n, C) = g
-                g -= mean_g
-                g -= xp.multiply(x_hat2[rows], mean_gx, out=dout_x_hat2[rows])  # buffer reused
-                g *= rstd2[rows]
-            for_blocks(input_gradient, d2.shape[0], C * dout.itemsize, xp)
-            dx = dx.reshape(dout.shape)
-        return dx, dgain, dbias
+            mean_g = (d @ gain)[:, None] / C                            # (n, 1)
+            mean_gx = (d_xh @ gain)[:, None] / C                        # (n, 1)
+            g = xp.multiply(d, gain, out=dx[rows])                      # (n, C) = g
+            g -= mean_g
+            g -= xp.multiply(xh, mean_gx, out=d_xh)                     # buffer reused
+            g *= rstd2[rows]
+        for_blocks(gradients, d2.shape[0], C * dout.itemsize, xp)
+        dgain, dbias = partial.pop(0)
+        for start in sorted(partial):
+            dgain, dbias = dgain + partial[start][0], dbias + partial[start][1]
+        dx = dx.reshape(dout.shape) if dx is not None else None
+        return (dx, dgain if self.needs_input_grad[1] else None,
+                dbias if self.needs_input_grad[2] else None)
 
 
 def layer_norm(x, gain, bias, eps=1e-6):
