@@ -624,7 +624,8 @@ def machine_info(args) -> dict:
             "numpy": np.__version__, "numpy_blas": numpy_blas, "torch": torch.__version__,
             "torch_blas": "MKL" if torch.backends.mkl.is_available() else "no MKL",
             "threads": args.threads,
-            "thread_environment": {v: os.environ.get(v) for v in THREAD_VARIABLES},
+            "thread_environment": {v: os.environ.get(v)
+                                   for v in (*THREAD_VARIABLES, "OPENBLAS_THREAD_TIMEOUT")},
             "load_average_at_start": os.getloadavg()[0]}
     if args.device == "cuda":
         info["gpu"] = torch.cuda.get_device_name()
@@ -633,12 +634,16 @@ def machine_info(args) -> dict:
 
 def pin_threads(threads: int, argv: list[str]) -> None:
     """NumPy's OpenBLAS reads its thread count once, when it loads: unless the environment
-    already says ``threads``, run this script again with it set (torch gets it too)."""
-    want = str(threads)
-    if all(os.environ.get(v) == want for v in THREAD_VARIABLES):
+    already says ``threads``, run this script again with it set (torch gets it too). Also
+    OPENBLAS_THREAD_TIMEOUT=4, which minitransformer sets when it is imported before NumPy
+    (backend.py) and this script, importing NumPy first, must set itself."""
+    wanted = {**dict.fromkeys(THREAD_VARIABLES, str(threads)),
+              "OPENBLAS_THREAD_TIMEOUT": os.environ.get("OPENBLAS_THREAD_TIMEOUT", "4")}
+    if all(os.environ.get(name) == value for name, value in wanted.items()):
         return
-    print(f"running again with {'='.join(THREAD_VARIABLES)}={want}", flush=True)
-    env = {**os.environ, **dict.fromkeys(THREAD_VARIABLES, want)}
+    print(f"running again with {'='.join(THREAD_VARIABLES)}={threads}, "
+          f"OPENBLAS_THREAD_TIMEOUT={wanted['OPENBLAS_THREAD_TIMEOUT']}", flush=True)
+    env = {**os.environ, **wanted}
     os.execve(sys.executable, [sys.executable, str(Path(__file__).resolve()), *argv], env)
 
 

@@ -20,9 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+import minitransformer as mt  # first: it sets OPENBLAS_THREAD_TIMEOUT before NumPy loads
+
+# isort: split
 import numpy as np
 
-import minitransformer as mt
 from minitransformer import functional as F
 from minitransformer.nn import Transformer, TransformerConfig
 from minitransformer.optim import Adam

@@ -119,8 +119,8 @@ def _for_leading_blocks(kernel, P, xp):
     if P.ndim < 3:
         kernel(Ellipsis)
     else:
-        # one block after another: the matmuls inside use every core through BLAS
-        for_blocks(kernel, P.shape[0], P[0].nbytes, xp, threads=False)
+        # blocks on the worker threads, each block's matmuls on one BLAS thread
+        for_blocks(kernel, P.shape[0], P[0].nbytes, xp)
 
 
 def _heads_last(xp, shape, dtype):
