@@ -17,8 +17,9 @@ One run measures, in order:
    divided by NumPy's own float32 matmul rate measured in the same run.
 4. Peak memory of two training steps, each implementation in a fresh subprocess.
 5. Decoding: greedy and beam search, with and without the key/value cache, the same
-   algorithm on both sides (torch_model.py ports minitransformer/decode.py), and a forced
-   length (an EOS id that no step can produce) to see what the cache saves at 50 tokens.
+   algorithm on both sides (torch_model.py ports minitransformer/decode.py), each case
+   --decode-repeats times, alternating, and a forced length (an EOS id that no step can
+   produce) to see what the cache saves at 50 tokens.
 
 Writes every raw timing as JSON (--output) and the tables as Markdown (--markdown). NumPy's
 BLAS reads its thread count only when it loads, so the script runs itself again with
@@ -42,6 +43,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from compare_report import (
+    IMPLS,
+    MiB,
+    decoding_tables,
+    memory_table,
+    mfu_table,
+    report,
+    training_table,
+)
 from parity_torch import relative
 from torch_model import TorchTransformer, copy_weights
 from torch_model import beam_search as torch_beam_search
@@ -61,8 +71,6 @@ HERE = Path(__file__).resolve().parent
 SHARED = HERE.parents[1] / "shared" / "data" / "multi30k"
 CHECKPOINT = HERE / "results" / "multi30k" / "checkpoints" / "last.npz"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-IMPLS = ("minitransformer", "torch")
-MiB = 2 ** 20
 
 
 # ----------------------------------------------------------------------------- the models
@@ -432,20 +440,30 @@ def time_decoding(args) -> dict:
             decode_all(impl, models[impl], [batches[0][:4]], algorithm, True, args, max_len=3)
 
     cases = []
-    for i, (algorithm, use_cache) in enumerate(
-            [("greedy", True), ("greedy", False), ("beam", True), ("beam", False)]):
+    for algorithm, use_cache in [("greedy", True), ("greedy", False), ("beam", True),
+                                 ("beam", False)]:
         case = {"algorithm": algorithm, "use_cache": use_cache, "sentences": n}
-        for impl in (IMPLS if i % 2 == 0 else IMPLS[::-1]):
-            seconds, hyps = decode_all(impl, models[impl], batches, algorithm, use_cache, args)
-            case[impl] = {"seconds": seconds, "sentences_per_s": n / seconds,
-                          "tokens": sum(map(len, hyps)), "hyps": hyps}
-        case["ratio"] = (case["minitransformer"]["sentences_per_s"]
-                         / case["torch"]["sentences_per_s"])
+        runs: dict[str, list] = {impl: [] for impl in IMPLS}
+        for rep in range(args.decode_repeats):  # alternating, as the training steps
+            for impl in (IMPLS if rep % 2 == 0 else IMPLS[::-1]):
+                seconds, hyps = decode_all(impl, models[impl], batches, algorithm, use_cache,
+                                           args)
+                runs[impl].append(seconds)
+                case[impl] = {"hyps": hyps}
+        for impl in IMPLS:
+            median = statistics.median(runs[impl])
+            case[impl].update({"seconds": median, "runs_s": runs[impl],
+                               "sentences_per_s": n / median,
+                               "tokens": sum(map(len, case[impl]["hyps"]))})
+        ratios = [t / o for o, t in zip(runs["minitransformer"], runs["torch"], strict=True)]
+        case["ratio"] = statistics.median(ratios)
+        case["ratio_min"], case["ratio_max"] = min(ratios), max(ratios)
         case["identical"] = _identical(case["minitransformer"]["hyps"], case["torch"]["hyps"])
         cases.append(case)
         print(f"  {algorithm:<6} cache={use_cache!s:<5} minitransformer "
               f"{case['minitransformer']['seconds']:.2f} s  torch {case['torch']['seconds']:.2f} s"
-              f"  ratio {case['ratio']:.2f}  identical {case['identical']:.3f}", flush=True)
+              f"  ratio {case['ratio']:.2f} ({case['ratio_min']:.2f}-{case['ratio_max']:.2f})"
+              f"  identical {case['identical']:.3f}", flush=True)
 
     cache_speedup = {}
     for algorithm in ("greedy", "beam"):
@@ -476,137 +494,13 @@ def time_decoding(args) -> dict:
           f"{forced['minitransformer']['speedup']:.1f}x, torch {forced['torch']['speedup']:.1f}x",
           flush=True)
     return {"inputs": what, "batch_size": args.decode_batch, "beam_size": args.beam,
+            "repeats": args.decode_repeats,
             "length_penalty": args.alpha, "max_len": "padded source length + 50",
             "cases": cases, "cache_speedup": cache_speedup, "forced_length": forced}
 
 
 def _identical(a: list, b: list) -> float:
     return sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
-
-
-# ----------------------------------------------------------------------------- the report
-
-def table(headers: list[str], rows: list[list]) -> str:
-    """A Markdown table with aligned columns (readable in a terminal as well)."""
-    cells = [[str(c) for c in row] for row in [headers, *rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
-             for row in cells]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(lines)
-
-
-def spread(row: dict) -> str:
-    return f"{row['median_s']:.3f} ({row['min_s']:.3f}–{row['max_s']:.3f})"
-
-
-def training_table(training: dict) -> str:
-    rows = []
-    for name, result in training.items():
-        for r in result["rows"]:
-            ours, theirs, ratio = r["minitransformer"], r["torch"], r["ratio"]
-            rows.append([name, r["length"], r["batch"], spread(ours), spread(theirs),
-                         f"{ours['tokens_per_s']:,.0f}", f"{theirs['tokens_per_s']:,.0f}",
-                         f"{ratio['median']:.2f} ({ratio['min']:.2f}–{ratio['max']:.2f})"])
-    return table(["config", "L", "batch", "minitransformer s, median (min–max)",
-                  "torch s, median (min–max)", "minitransformer tok/s", "torch tok/s",
-                  "ratio (min–max)"], rows)
-
-
-def mfu_table(training: dict) -> str:
-    rows = []
-    for name, result in training.items():
-        for r in result["rows"]:
-            ours, theirs = r["minitransformer"], r["torch"]
-            rows.append([name, r["length"], f"{r['flops_per_step'] / 1e9:.1f}",
-                         f"{ours['flops_per_s'] / 1e9:.1f}", f"{theirs['flops_per_s'] / 1e9:.1f}",
-                         f"{ours['mfu']:.0%}", f"{theirs['mfu']:.0%}"])
-    return table(["config", "L", "GFLOP / step", "minitransformer GFLOP/s", "torch GFLOP/s",
-                  "minitransformer MFU", "torch MFU"], rows)
-
-
-def memory_table(memory: dict) -> str:
-    rows = []
-    for name, result in memory.items():
-        for r in result:
-            ours, theirs = r["minitransformer"], r["torch"]
-            rows.append([name, r["length"],
-                         *(f"{side[k] / MiB:,.0f}" for side in (ours, theirs)
-                           for k in ("baseline_bytes", "peak_bytes", "increment_bytes")),
-                         f"{r['increment_ratio']:.2f}", f"{r['peak_ratio']:.2f}"])
-    sides = [f"{impl} {what}" for impl in IMPLS for what in ("baseline", "peak", "step")]
-    return table(["config", "L", *[f"{s} MiB" for s in sides], "step ratio", "peak ratio"],
-                 rows)
-
-
-def decoding_tables(decoding: dict) -> str:
-    rows = []
-    for c in decoding["cases"]:
-        ours, theirs = c["minitransformer"], c["torch"]
-        name = "greedy" if c["algorithm"] == "greedy" else f"beam {decoding['beam_size']}"
-        rows.append([name, "yes" if c["use_cache"] else "no", f"{ours['seconds']:.2f}",
-                     f"{theirs['seconds']:.2f}", f"{ours['sentences_per_s']:.1f}",
-                     f"{theirs['sentences_per_s']:.1f}", f"{c['ratio']:.2f}",
-                     f"{c['identical']:.1%}"])
-    speed = table(["decoding", "KV cache", "minitransformer s", "torch s",
-                   "minitransformer sent/s", "torch sent/s", "ratio", "identical outputs"],
-                  rows)
-    rows = []
-    for algorithm, by_impl in decoding["cache_speedup"].items():
-        name = "greedy" if algorithm == "greedy" else f"beam {decoding['beam_size']}"
-        rows.append([name, *(f"{by_impl[i]['speedup']:.2f}× "
-                             f"(same output {by_impl[i]['same_output']:.0%})" for i in IMPLS)])
-    f = decoding["forced_length"]
-    rows.append([f"greedy, forced to {f['length']} tokens ({f['sentences']} sentences)",
-                 *(f"{f[i]['speedup']:.2f}×" for i in IMPLS)])
-    cache = table(["cache speed-up (no-cache time / cache time)", *IMPLS], rows)
-    return f"{speed}\n\n{cache}"
-
-
-def report(results: dict) -> str:
-    m = results["machine"]
-    peak = results["matmul_peak"]
-    parity = "; ".join(f"{name}: float64 {p['float64']['worst']:.1e}, float32 "
-                       f"{p['float32']['worst']:.1e}" for name, p in results["parity"].items())
-    parts = [
-        "## minitransformer vs PyTorch eager\n",
-        f"{m['cpu']}, {m['cores']} cores, {m['threads']} threads for both; NumPy "
-        f"{m['numpy']} ({m['numpy_blas']}), torch {m['torch']} ({m['torch_blas']}); device "
-        f"{results['device']}; {results['date']}. Vocabulary {results['vocab_size']}. "
-        "Ratios are minitransformer / torch in throughput: above 1, minitransformer is faster "
-        "(memory: above 1, it uses more).\n",
-        f"Parity first (dropout off, a padded batch; worst relative error of logits, loss and "
-        f"every gradient): {parity}.\n",
-        "### Training step\n",
-        "Zero grads, forward, label-smoothed loss (ε 0.1), backward, Adam; float32, dropout "
-        f"0.1, source = target length L, {results['tokens']} // L sentences; the two "
-        "alternate step by step; ratio is the median of the per-step ratios.\n",
-        training_table(results["training"]) + "\n",
-        "### Model FLOPs utilisation\n",
-        "Matmul FLOPs per step (all linear layers, the tied output projection, Q Kᵀ and P V; "
-        "3 × forward) over the median step time, divided by "
-        f"{'NumPy' if results['device'] == 'cpu' else 'CuPy'}'s float32 matmul rate "
-        f"measured in the same run: {peak['numpy']['flops_per_s'] / 1e9:.1f} GFLOP/s "
-        f"(torch's own: {peak['torch']['flops_per_s'] / 1e9:.1f} GFLOP/s).\n",
-        mfu_table(results["training"]) + "\n",
-        "### Peak memory of a training step\n",
-        results["memory_note"] + "\n",
-        memory_table(results["memory"]) + "\n",
-    ]
-    d = results["decoding"]
-    parts += [
-        "### Decoding\n",
-        f"{d['inputs']}; batches of {d['batch_size']} sentences, length penalty α "
-        f"{d['length_penalty']}, at most {d['max_len']} tokens; the same algorithm on both "
-        "sides (bench/torch_model.py ports minitransformer/decode.py). Without the cache every "
-        "step decodes the whole prefix again (all its positions, through the output projection "
-        "too, as `Transformer.decode` does). The forced case decodes the first batch with an "
-        "EOS id that no step can produce, so every sentence runs "
-        f"{d['forced_length']['length']} steps.\n",
-        decoding_tables(d) + "\n",
-"### CUDA\n", results["cuda"] if isinstance(results["cuda"], str)
-              else f"Measured above, on {results['machine'].get('gpu')}.", ""]
-    return "\n".join(parts)
 
 
 # ----------------------------------------------------------------------------- main
@@ -659,6 +553,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--memory-lengths", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--sentences", type=int, default=500)
     parser.add_argument("--decode-batch", type=int, default=100)
+    parser.add_argument("--decode-repeats", type=int, default=3,
+                        help="runs of each decoding case per implementation")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty α")
     parser.add_argument("--forced-length", type=int, default=50)
@@ -674,6 +570,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.quick:
         args.configs, args.lengths, args.repeats = ["small"], [16, 32], 1
         args.sentences, args.memory_lengths = min(args.sentences, 100), [32]
+        args.decode_repeats = 1
     if args.output is None:
         suffix = (".cuda" if args.device == "cuda" else "") + (".quick" if args.quick else "")
         args.output = str(HERE / "results" / f"compare_torch{suffix}.json")

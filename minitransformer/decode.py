@@ -157,7 +157,7 @@ def _best_continuations(logits: Any, alive_scores: Any, n_cand: int) -> tuple[An
     groups = xp.argpartition(flat, K * G - n_cand, axis=1)[:, K * G - n_cand:]  # (A, n_cand)
     beam = groups // G                                                   # (A, n_cand)
     tokens = (groups % G)[..., None] + G * xp.arange(width)              # (A, n_cand, width)
-    valid = tokens < V                                                   # padding is not
+    valid = tokens < V                                   # False past the vocabulary
     tokens = xp.minimum(tokens, V - 1)
     s, b = xp.arange(A)[:, None, None], beam[..., None]
     values = xp.where(valid, by_sentence[s, b, tokens] + offset[s, b, 0], -xp.inf)

@@ -1,0 +1,144 @@
+"""The Markdown tables of bench/compare_torch.py, from the results it collected.
+
+    report(results)            the whole Markdown report (bench/results/compare_torch.md)
+    training_table, mfu_table, memory_table, decoding_tables    one section each
+
+Ratios are minitransformer / torch in throughput (above 1: minitransformer is faster) and in
+memory (above 1: it uses more).
+"""
+
+from __future__ import annotations
+
+IMPLS = ("minitransformer", "torch")
+MiB = 2 ** 20
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    """A Markdown table with aligned columns (readable in a terminal as well)."""
+    cells = [[str(c) for c in row] for row in [headers, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+             for row in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def spread(row: dict) -> str:
+    return f"{row['median_s']:.3f} ({row['min_s']:.3f}–{row['max_s']:.3f})"
+
+
+def training_table(training: dict) -> str:
+    rows = []
+    for name, result in training.items():
+        for r in result["rows"]:
+            ours, theirs, ratio = r["minitransformer"], r["torch"], r["ratio"]
+            rows.append([name, r["length"], r["batch"], spread(ours), spread(theirs),
+                         f"{ours['tokens_per_s']:,.0f}", f"{theirs['tokens_per_s']:,.0f}",
+                         f"{ratio['median']:.2f} ({ratio['min']:.2f}–{ratio['max']:.2f})"])
+    return table(["config", "L", "batch", "minitransformer s, median (min–max)",
+                  "torch s, median (min–max)", "minitransformer tok/s", "torch tok/s",
+                  "ratio (min–max)"], rows)
+
+
+def mfu_table(training: dict) -> str:
+    rows = []
+    for name, result in training.items():
+        for r in result["rows"]:
+            ours, theirs = r["minitransformer"], r["torch"]
+            rows.append([name, r["length"], f"{r['flops_per_step'] / 1e9:.1f}",
+                         f"{ours['flops_per_s'] / 1e9:.1f}", f"{theirs['flops_per_s'] / 1e9:.1f}",
+                         f"{ours['mfu']:.0%}", f"{theirs['mfu']:.0%}"])
+    return table(["config", "L", "GFLOP / step", "minitransformer GFLOP/s", "torch GFLOP/s",
+                  "minitransformer MFU", "torch MFU"], rows)
+
+
+def memory_table(memory: dict) -> str:
+    rows = []
+    for name, result in memory.items():
+        for r in result:
+            ours, theirs = r["minitransformer"], r["torch"]
+            rows.append([name, r["length"],
+                         *(f"{side[k] / MiB:,.0f}" for side in (ours, theirs)
+                           for k in ("baseline_bytes", "peak_bytes", "increment_bytes")),
+                         f"{r['increment_ratio']:.2f}", f"{r['peak_ratio']:.2f}"])
+    sides = [f"{impl} {what}" for impl in IMPLS for what in ("baseline", "peak", "step")]
+    return table(["config", "L", *[f"{s} MiB" for s in sides], "step ratio", "peak ratio"],
+                 rows)
+
+
+def _seconds(run: dict) -> str:
+    return f"{run['seconds']:.2f} ({min(run['runs_s']):.2f}–{max(run['runs_s']):.2f})"
+
+
+def decoding_tables(decoding: dict) -> str:
+    rows = []
+    for c in decoding["cases"]:
+        ours, theirs = c["minitransformer"], c["torch"]
+        name = "greedy" if c["algorithm"] == "greedy" else f"beam {decoding['beam_size']}"
+        rows.append([name, "yes" if c["use_cache"] else "no", _seconds(ours), _seconds(theirs),
+                     f"{ours['sentences_per_s']:.1f}",
+                     f"{theirs['sentences_per_s']:.1f}",
+                     f"{c['ratio']:.2f} ({c['ratio_min']:.2f}–{c['ratio_max']:.2f})",
+                     f"{c['identical']:.1%}"])
+    speed = table(["decoding", "KV cache", "minitransformer s, median (min–max)",
+                   "torch s, median (min–max)", "minitransformer sent/s", "torch sent/s",
+                   "ratio (min–max)", "identical outputs"], rows)
+    rows = []
+    for algorithm, by_impl in decoding["cache_speedup"].items():
+        name = "greedy" if algorithm == "greedy" else f"beam {decoding['beam_size']}"
+        rows.append([name, *(f"{by_impl[i]['speedup']:.2f}× "
+                             f"(same output {by_impl[i]['same_output']:.0%})" for i in IMPLS)])
+    f = decoding["forced_length"]
+    rows.append([f"greedy, forced to {f['length']} tokens ({f['sentences']} sentences)",
+                 *(f"{f[i]['speedup']:.2f}×" for i in IMPLS)])
+    cache = table(["cache speed-up (no-cache time / cache time)", *IMPLS], rows)
+    return f"{speed}\n\n{cache}"
+
+
+def report(results: dict) -> str:
+    m = results["machine"]
+    peak = results["matmul_peak"]
+    parity = "; ".join(f"{name}: float64 {p['float64']['worst']:.1e}, float32 "
+                       f"{p['float32']['worst']:.1e}" for name, p in results["parity"].items())
+    parts = [
+        "## minitransformer vs PyTorch eager\n",
+        f"{m['cpu']}, {m['cores']} cores, {m['threads']} threads for both; NumPy "
+        f"{m['numpy']} ({m['numpy_blas']}), torch {m['torch']} ({m['torch_blas']}); device "
+        f"{results['device']}; {results['date']}. Vocabulary {results['vocab_size']}. "
+        "Ratios are minitransformer / torch in throughput: above 1, minitransformer is faster "
+        "(memory: above 1, it uses more).\n",
+        f"Parity first (dropout off, a padded batch; worst relative error of logits, loss and "
+        f"every gradient): {parity}.\n",
+        "### Training step\n",
+        "Zero grads, forward, label-smoothed loss (ε 0.1), backward, Adam; float32, dropout "
+        f"0.1, source = target length L, {results['tokens']} // L sentences; the two "
+        "alternate step by step; ratio is the median of the per-step ratios.\n",
+        training_table(results["training"]) + "\n",
+        "### Model FLOPs utilisation\n",
+        "Matmul FLOPs per step (all linear layers, the tied output projection, Q Kᵀ and P V; "
+        "3 × forward) over the median step time, divided by "
+        f"{'NumPy' if results['device'] == 'cpu' else 'CuPy'}'s float32 matmul rate "
+        f"measured in the same run: {peak['numpy']['flops_per_s'] / 1e9:.1f} GFLOP/s "
+        f"(torch's own: {peak['torch']['flops_per_s'] / 1e9:.1f} GFLOP/s).\n",
+        mfu_table(results["training"]) + "\n",
+        "### Peak memory of a training step\n",
+        results["memory_note"] + "\n",
+        memory_table(results["memory"]) + "\n",
+    ]
+    d = results["decoding"]
+    parts += [
+        "### Decoding\n",
+        f"{d['inputs']}; batches of {d['batch_size']} sentences, length penalty α "
+        f"{d['length_penalty']}, at most {d['max_len']} tokens; the same algorithm on both "
+        "sides (bench/torch_model.py ports minitransformer/decode.py: with the cache, a "
+        "sentence's beams share one row of cross-attention keys and values); each case runs "
+        f"{d['repeats']} times per side, alternating, and the ratio is the median of the "
+        "per-run ratios. Without the cache every "
+        "step decodes the whole prefix again (all its positions, through the output projection "
+        "too, as `Transformer.decode` does). The forced case decodes the first batch with an "
+        "EOS id that no step can produce, so every sentence runs "
+        f"{d['forced_length']['length']} steps.\n",
+        decoding_tables(d) + "\n",
+"### CUDA\n", results["cuda"] if isinstance(results["cuda"], str)
+              else f"Measured above, on {results['machine'].get('gpu')}.", ""]
+    return "\n".join(parts)
