@@ -52,12 +52,11 @@ def _single_threaded_blas():
 
 
 def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any,
-               threads: bool = True, block_bytes: int = BLOCK_BYTES) -> None:
+               block_bytes: int = BLOCK_BYTES) -> None:
     """Run ``kernel(rows)`` over slices of rows 0..n, each about BLOCK_BYTES of one array of
     ``row_bytes`` per row, spread over the worker threads (one call on CuPy or when small).
 
-    ``threads=False`` runs the blocks one after another on the calling thread. A larger
-    ``block_bytes`` suits kernels of many small NumPy calls, whose per-call cost would
+    A larger ``block_bytes`` suits kernels of many small NumPy calls, whose per-call cost would
     otherwise outweigh the gain from staying in cache.
     """
     rows_per_block = max(1, block_bytes // max(1, row_bytes))
@@ -66,7 +65,7 @@ def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any,
         return
     starts = range(0, n, rows_per_block)
     blocks = [slice(start, min(start + rows_per_block, n)) for start in starts]
-    if not threads or WORKERS == 1:
+    if WORKERS == 1:
         for rows in blocks:
             kernel(rows)
         return
