@@ -108,7 +108,8 @@ class MultiHeadAttention(nn.Module):
         B, H, T, D = q.shape
         # minitransformer multiplies by 1/√D rather than dividing: the same rounding
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))  # (B, H, T, S)
-        scores = scores.masked_fill(~mask, float("-inf"))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
         out = scores.softmax(dim=-1) @ v                                # (B, H, T, D)
         return self.w_o(out.transpose(1, 2).reshape(B, T, H * D))       # (B, T, C)
 
@@ -217,6 +218,8 @@ class TorchTransformer(nn.Module):
         start = cache.length if cache is not None else 0
         if cache is None:
             self_mask = self.target_mask(tgt)                           # (B, 1, T, T)
+        elif tgt.shape[1] == 1:  # one new query sees every position
+            self_mask = None
         else:
             T = tgt.shape[1]
             keys = torch.arange(start + T, device=tgt.device)[None, :]  # (1, start+T)

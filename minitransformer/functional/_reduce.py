@@ -17,7 +17,12 @@ from .. import backend
 def sum_last(x):
     """Σ over the last axis: x (..., C) -> (...)."""
     xp = backend.get_array_module(x)
-    return xp.matmul(x, xp.ones(x.shape[-1], dtype=x.dtype))
+    ones = xp.ones(x.shape[-1], dtype=x.dtype)
+    if x.ndim > 2 and x.flags.c_contiguous:
+        # One product over all rows: matmul on (..., T, C) would make one per (T, C) matrix,
+        # which for attention's (B, H, T, S) scores is thousands of tiny calls.
+        return xp.matmul(x.reshape(-1, x.shape[-1]), ones).reshape(x.shape[:-1])
+    return xp.matmul(x, ones)
 
 
 def sum_rows(x):

@@ -77,6 +77,8 @@ class Transformer(Module):
         start = cache.length if cache is not None else 0
         if cache is None:
             self_mask = self.target_mask(ids)                             # (B, 1, T, T)
+        elif ids.shape[1] == 1:  # one new query sees every position: nothing to mask
+            self_mask = None
         else:  # new queries see every cached position and the new ones up to themselves
             T = ids.shape[1]
             xp = backend.get_array_module(ids.data)

@@ -60,3 +60,18 @@ def test_workspace_reuses_a_buffer_only_when_nobody_holds_it():
     assert any(np.shares_memory(d, block) for block in _workspace._blocks)
     small = _workspace.empty((4, 4), "float32", np)            # below MIN_BYTES: plain empty
     assert not any(np.shares_memory(small, block) for block in _workspace._blocks)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def test_sum_last_equals_numpy_sum_for_stacked_matrices(layout):
+    """sum_last flattens a contiguous (..., T, S) array into one matrix-vector product and
+    falls back to the stacked product otherwise: both are the sum over the last axis."""
+    from minitransformer.functional._reduce import sum_last
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4, 5, 7))
+    if layout == "strided":
+        x = x.transpose(1, 0, 2, 3)                   # (4, 3, 5, 7), not C-contiguous
+        assert not x.flags.c_contiguous
+    total = sum_last(x)
+    assert total.shape == x.shape[:-1]
+    np.testing.assert_allclose(total, x.sum(axis=-1), rtol=1e-12, atol=1e-12)
