@@ -33,15 +33,16 @@ def _kernels() -> Any:
     cupy = backend.get_backend("cuda").xp
 
     class Kernels:
-        # Dropout: keep = [u >= p], y = x · keep / (1 - p).
+        # Dropout: keep = [u >= p], y = x · keep / (1 - p). A product, not a select, as on
+        # the CPU: a dropped inf or NaN stays NaN, so a NaN check sees it on either device.
         dropout_forward = cupy.ElementwiseKernel(
             "T x, float32 u, float32 p, T scale", "T y, bool keep",
-            "keep = u >= p; y = keep ? x * scale : (T)0;",
+            "keep = u >= p; y = x * (T)keep * scale;",
             "minitransformer_dropout_forward")
         # Dropout backward: dx = dout · keep / (1 - p).
         dropout_backward = cupy.ElementwiseKernel(
             "T dout, bool keep, T scale", "T dx",
-            "dx = keep ? dout * scale : (T)0;",
+            "dx = dout * (T)keep * scale;",
             "minitransformer_dropout_backward")
         # Layer norm: Σ_c (x - μ)² per row (μ broadcast from (N, 1)).
         squared_deviation_sum = cupy.ReductionKernel(

@@ -147,6 +147,13 @@ def test_dropout_zeroes_about_p_and_scales_the_rest(device, p):
     np.testing.assert_allclose(y[~dropped], host(x)[~dropped] / (1 - p), rtol=1e-12)
 
 
+def test_dropout_keeps_a_nan_visible_even_where_it_drops_it(device):
+    """y = x · keep / (1 - p): a dropped NaN is NaN · 0 = NaN on every device, so a NaN
+    check on the loss sees a broken forward whatever the mask."""
+    y = host(F.dropout(on(device, np.full((20, 30), np.nan)), 0.5))
+    assert np.isnan(y).all()
+
+
 def test_dropout_same_seed_same_mask_and_backward_uses_it(device):
     data = RNG.uniform(1, 2, size=(8, 16))
     mt.manual_seed(3)
