@@ -96,8 +96,8 @@ def decoding_tables(decoding: dict) -> str:
 
 
 def report(results: dict) -> str:
+    """The Markdown report of a run: every part it measured (a run with --only has fewer)."""
     m = results["machine"]
-    peak = results["matmul_peak"]
     parity = "; ".join(f"{name}: float64 {p['float64']['worst']:.1e}, float32 "
                        f"{p['float32']['worst']:.1e}" for name, p in results["parity"].items())
     parts = [
@@ -109,36 +109,44 @@ def report(results: dict) -> str:
         "(memory: above 1, it uses more).\n",
         f"Parity first (dropout off, a padded batch; worst relative error of logits, loss and "
         f"every gradient): {parity}.\n",
-        "### Training step\n",
-        "Zero grads, forward, label-smoothed loss (ε 0.1), backward, Adam; float32, dropout "
-        f"0.1, source = target length L, {results['tokens']} // L sentences; the two "
-        "alternate step by step; ratio is the median of the per-step ratios.\n",
-        training_table(results["training"]) + "\n",
-        "### Model FLOPs utilisation\n",
-        "Matmul FLOPs per step (all linear layers, the tied output projection, Q Kᵀ and P V; "
-        "3 × forward) over the median step time, divided by "
-        f"{'NumPy' if results['device'] == 'cpu' else 'CuPy'}'s float32 matmul rate "
-        f"measured in the same run: {peak['numpy']['flops_per_s'] / 1e9:.1f} GFLOP/s "
-        f"(torch's own: {peak['torch']['flops_per_s'] / 1e9:.1f} GFLOP/s).\n",
-        mfu_table(results["training"]) + "\n",
-        "### Peak memory of a training step\n",
-        results["memory_note"] + "\n",
-        memory_table(results["memory"]) + "\n",
     ]
-    d = results["decoding"]
-    parts += [
-        "### Decoding\n",
-        f"{d['inputs']}; batches of {d['batch_size']} sentences, length penalty α "
-        f"{d['length_penalty']}, at most {d['max_len']} tokens; the same algorithm on both "
-        "sides (bench/torch_model.py ports minitransformer/decode.py: with the cache, a "
-        "sentence's beams share one row of cross-attention keys and values); each case runs "
-        f"{d['repeats']} times per side, alternating, and the ratio is the median of the "
-        "per-run ratios. Without the cache every "
-        "step decodes the whole prefix again (all its positions, through the output projection "
-        "too, as `Transformer.decode` does). The forced case decodes the first batch with an "
-        "EOS id that no step can produce, so every sentence runs "
-        f"{d['forced_length']['length']} steps.\n",
-        decoding_tables(d) + "\n",
-"### CUDA\n", results["cuda"] if isinstance(results["cuda"], str)
+    if "training" in results:
+        peak = results["matmul_peak"]
+        parts += [
+            "### Training step\n",
+            "Zero grads, forward, label-smoothed loss (ε 0.1), backward, Adam; float32, "
+            f"dropout 0.1, source = target length L, {results['tokens']} // L sentences; the "
+            "two alternate step by step; ratio is the median of the per-step ratios.\n",
+            training_table(results["training"]) + "\n",
+            "### Model FLOPs utilisation\n",
+            "Matmul FLOPs per step (all linear layers, the tied output projection, Q Kᵀ and "
+            "P V; 3 × forward) over the median step time, divided by "
+            f"{'NumPy' if results['device'] == 'cpu' else 'CuPy'}'s float32 matmul rate "
+            f"measured in the same run: {peak['numpy']['flops_per_s'] / 1e9:.1f} GFLOP/s "
+            f"(torch's own: {peak['torch']['flops_per_s'] / 1e9:.1f} GFLOP/s).\n",
+            mfu_table(results["training"]) + "\n",
+        ]
+    if "memory" in results:
+        parts += [
+            "### Peak memory of a training step\n",
+            results["memory_note"] + "\n",
+            memory_table(results["memory"]) + "\n",
+        ]
+    if "decoding" in results:
+        d = results["decoding"]
+        parts += [
+            "### Decoding\n",
+            f"{d['inputs']}; batches of {d['batch_size']} sentences, length penalty α "
+            f"{d['length_penalty']}, at most {d['max_len']} tokens; the same algorithm on both "
+            "sides (bench/torch_model.py ports minitransformer/decode.py: with the cache, a "
+            "sentence's beams share one row of cross-attention keys and values); each case "
+            f"runs {d['repeats']} times per side, alternating, and the ratio is the median of "
+            "the per-run ratios. Without the cache every step decodes the whole prefix again "
+            "(all its positions, through the output projection too, as `Transformer.decode` "
+            "does). The forced case decodes the first batch with an EOS id that no step can "
+            f"produce, so every sentence runs {d['forced_length']['length']} steps.\n",
+            decoding_tables(d) + "\n",
+        ]
+    parts += ["### CUDA\n", results["cuda"] if isinstance(results["cuda"], str)
               else f"Measured above, on {results['machine'].get('gpu')}.", ""]
     return "\n".join(parts)

@@ -2,6 +2,7 @@
 
     python bench/compare_torch.py               # small and base, about 15 minutes on 2 cores
     python bench/compare_torch.py --quick       # smoke test: small, lengths 16 32, 1 repeat
+    python bench/compare_torch.py --only decoding   # parity, then one part (a few minutes)
     python bench/compare_torch.py --device cuda # both on a GPU (CuPy and CUDA PyTorch)
 
 Needs ``pip install torch==2.13.0`` (only bench/ imports torch). The PyTorch model is
@@ -541,6 +542,9 @@ def pin_threads(threads: int, argv: list[str]) -> None:
     os.execve(sys.executable, [sys.executable, str(Path(__file__).resolve()), *argv], env)
 
 
+PARTS = ("training", "memory", "decoding")  # what --only can pick; parity always runs
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", "--config", nargs="+", default=["small", "base"])
@@ -562,8 +566,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--quick", action="store_true", help="smoke test: small only, "
                         "lengths 16 32, 1 repeat, 100 sentences, memory at 32")
+    parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS),
+                        help="measure only these parts (parity always runs first)")
     parser.add_argument("--output", help="JSON (default bench/results/compare_torch[.cuda]"
-                        "[.quick].json)")
+                        "[.quick][.<parts>].json)")
     parser.add_argument("--markdown", help="Markdown tables (default: --output with .md)")
     parser.add_argument("--_memory-worker", dest="memory_worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -573,6 +579,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.decode_repeats = 1
     if args.output is None:
         suffix = (".cuda" if args.device == "cuda" else "") + (".quick" if args.quick else "")
+        if set(args.only) != set(PARTS):  # a partial run does not replace the full results
+            suffix += "." + "-".join(part for part in PARTS if part in args.only)
         args.output = str(HERE / "results" / f"compare_torch{suffix}.json")
     args.markdown = args.markdown or str(Path(args.output).with_suffix(".md"))
     return args
@@ -625,20 +633,38 @@ def main(argv: list[str] | None = None) -> int:
             print("parity failed: the two models do not compute the same thing", flush=True)
             return 1
 
-    print("\n== float32 matmul rate", flush=True)
-    sizes = (4096, 8192) if args.device == "cuda" else (1024, 2048)
-    results["matmul_peak"] = {lib: matmul_rate(lib, args.device, sizes)
-                              for lib in ("numpy", "torch")}
-    for lib, rate in results["matmul_peak"].items():
-        print(f"  {lib}: {rate['flops_per_s'] / 1e9:.1f} GFLOP/s", flush=True)
+    if "training" in args.only:
+        print("\n== float32 matmul rate", flush=True)
+        sizes = (4096, 8192) if args.device == "cuda" else (1024, 2048)
+        results["matmul_peak"] = {lib: matmul_rate(lib, args.device, sizes)
+                                  for lib in ("numpy", "torch")}
+        for lib, rate in results["matmul_peak"].items():
+            print(f"  {lib}: {rate['flops_per_s'] / 1e9:.1f} GFLOP/s", flush=True)
 
-    print("\n== 2-3. training step", flush=True)
-    peak = results["matmul_peak"]["numpy"]["flops_per_s"]
-    results["training"] = {name: time_training(name, config, args, peak)
-                           for name, config in configs.items()}
-    print(training_table(results["training"]) + "\n\n" + mfu_table(results["training"]),
-          flush=True)
+        print("\n== 2-3. training step", flush=True)
+        peak = results["matmul_peak"]["numpy"]["flops_per_s"]
+        results["training"] = {name: time_training(name, config, args, peak)
+                               for name, config in configs.items()}
+        print(training_table(results["training"]) + "\n\n" + mfu_table(results["training"]),
+              flush=True)
 
+    if "memory" in args.only:
+        measure_all_memory(results, configs, args)
+    if "decoding" in args.only:
+        print("\n== 5. decoding", flush=True)
+        results["decoding"] = time_decoding(args)
+        print(decoding_tables(results["decoding"]), flush=True)
+
+    results["cuda"] = ("not measured (no GPU)" if args.device == "cpu"
+                       else {"gpu": results["machine"]["gpu"], "measured": "every section"})
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(results, indent=1) + "\n")
+    Path(args.markdown).write_text(report(results))
+    print(f"\nwrote {args.output} and {args.markdown}", flush=True)
+    return 0
+
+
+def measure_all_memory(results: dict, configs: dict, args: argparse.Namespace) -> None:
     print("\n== 4. memory of two training steps, fresh process each", flush=True)
     moments = ", ".join(f"{name} {8 * c['num_parameters'] / MiB:,.0f} MiB"
                         for name, c in results["configs"].items())
@@ -655,18 +681,6 @@ def main(argv: list[str] | None = None) -> int:
     results["memory"] = {name: measure_memory(name, config, args)
                          for name, config in configs.items()}
     print(memory_table(results["memory"]), flush=True)
-
-    print("\n== 5. decoding", flush=True)
-    results["decoding"] = time_decoding(args)
-    print(decoding_tables(results["decoding"]), flush=True)
-
-    results["cuda"] = ("not measured (no GPU)" if args.device == "cpu"
-                       else {"gpu": results["machine"]["gpu"], "measured": "every section"})
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(results, indent=1) + "\n")
-    Path(args.markdown).write_text(report(results))
-    print(f"\nwrote {args.output} and {args.markdown}", flush=True)
-    return 0
 
 
 if __name__ == "__main__":
