@@ -19,8 +19,7 @@ from .shape import broadcast_to, permute, reshape, sum_to, swapaxes, transpose
 __all__ = [
     "add", "astype", "broadcast_to", "causal_mask", "concat", "cross_entropy", "div", "dropout",
     "embedding", "exp", "getitem", "layer_norm", "linear", "linear_relu", "log", "log_softmax",
-    "masked_fill",
-    "matmul", "max", "mean", "mul", "neg", "permute", "pow", "relu", "reshape",
+    "masked_fill", "matmul", "max", "mean", "mul", "neg", "permute", "pow", "relu", "reshape",
     "scaled_dot_product_attention", "softmax", "split", "sqrt", "stack", "sub", "sum", "sum_to",
     "swapaxes", "tanh", "transpose", "where",
 ]
