@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import contextlib
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import backend
 from .autograd.grad_mode import no_grad
 from .autograd.tensor import Tensor
-from .functional._blocks import for_blocks
+from .functional._blocks import WORKERS, for_blocks, on_workers
+from .functional._cuda import is_cupy
 from .nn.transformer import Transformer
+
+MIN_SHARE = 8  # sentences: a batch of fewer than 2·MIN_SHARE is decoded on one core
 
 
 @contextlib.contextmanager
@@ -45,11 +48,10 @@ def _generating(model: Transformer) -> Iterator[None]:
         model.train(was_training)
 
 
-def _encode(model: Transformer, src_ids: Any, max_len: int | None
-            ) -> tuple[Tensor, Any, Tensor, int]:
-    """Source ids -> (ids (B, S), source mask (B, 1, 1, S), memory (B, S, C), length limit).
-
-    The limit is ``max_len``, or the (padded) source length + 50 as §6.1."""
+def _source_and_limit(model: Transformer, src_ids: Any, max_len: int | None
+                      ) -> tuple[Tensor, int]:
+    """Source ids as a (B, S) tensor, and the length limit: ``max_len``, or the (padded)
+    source length + 50 as §6.1."""
     src = model._ids(src_ids, "source")
     try:
         limit = src.shape[1] + 50 if max_len is None else operator.index(max_len)
@@ -57,8 +59,29 @@ def _encode(model: Transformer, src_ids: Any, max_len: int | None
         limit = -1
     if limit < 0:
         raise ValueError(f"max_len must be a non-negative integer, got {max_len!r}.")
-    src_mask = model.source_mask(src)                                    # (B, 1, 1, S)
-    return src, src_mask, model.encode(src, src_mask), limit
+    return src, limit
+
+
+def _on_cores(search: Callable[..., list], model: Transformer, src: Tensor, *args: Any) -> list:
+    """``search(model, src, *args)``, a list of one result per sentence of the batch ``src``,
+    run on shares of the sentences, one share per core, concurrently.
+
+    A decoding step is many small products and elementwise operations on a few hundred rows:
+    too small for BLAS or blocks of rows to keep two cores busy, so each core decodes a share
+    of the sentences on its own, with single-threaded BLAS. Sentences are dealt out in turn
+    (sentences 0, n, 2n, ... to the first of n shares), so that when a batch comes sorted by
+    length every share gets as much work. A sentence's search depends on no other sentence,
+    and the shares keep the batch's padded width, so the results are those of one search over
+    the whole batch. On the GPU, or for fewer than 2·MIN_SHARE sentences, there is one share."""
+    B = src.shape[0]
+    n = min(WORKERS, B // MIN_SHARE)
+    if n < 2 or is_cupy(backend.get_array_module(src.data)):
+        return search(model, src, *args)
+    shares = on_workers(lambda i: search(model, Tensor(src.data[i::n]), *args), list(range(n)))
+    results: list = [None] * B
+    for i, share in enumerate(shares):
+        results[i::n] = share
+    return results
 
 
 def _decode_prefix(model: Transformer, prefix: Any, memory: Tensor, src_mask: Any) -> Tensor:
@@ -84,32 +107,40 @@ def greedy_decode(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
     With ``use_cache=False`` every step decodes the whole prefix again instead of only the
     newest token (the same result, O(length²) per step: for benchmarks).
     """
+    src, limit = _source_and_limit(model, src_ids, max_len)
     with _generating(model):
-        src, src_mask, memory, limit = _encode(model, src_ids, max_len)
-        B = src.shape[0]
-        cache = model.new_cache() if use_cache else None
-        xp = backend.get_array_module(src.data)
-        out = xp.full((B, limit), eos_id, dtype=src.dtype)               # (B, limit)
-        active = xp.arange(B)                                            # (A,) still decoding
-        prefix = xp.full((B, 1), bos_id, dtype=src.dtype)                # (A, t): BOS, tokens
-        for t in range(limit):
+        return _on_cores(_greedy, model, src, limit, bos_id, eos_id, use_cache)
+
+
+def _greedy(model: Transformer, src: Tensor, limit: int, bos_id: int, eos_id: int,
+            use_cache: bool) -> list[list[int]]:
+    """Greedy decoding of the sentences ``src`` (B, S): one token list per sentence."""
+    src_mask = model.source_mask(src)                                    # (B, 1, 1, S)
+    memory = model.encode(src, src_mask)                                 # (B, S, C)
+    B = src.shape[0]
+    cache = model.new_cache() if use_cache else None
+    xp = backend.get_array_module(src.data)
+    out = xp.full((B, limit), eos_id, dtype=src.dtype)                   # (B, limit)
+    active = xp.arange(B)                                                # (A,) still decoding
+    prefix = xp.full((B, 1), bos_id, dtype=src.dtype)                    # (A, t): BOS, tokens
+    for t in range(limit):
+        if cache is not None:
+            logits = model.decode(prefix[:, -1:], memory, src_mask, cache)  # (A, 1, V)
+        else:
+            logits = _decode_prefix(model, prefix, memory, src_mask)      # (A, t+1, V)
+        tokens = logits.data[:, -1].argmax(axis=-1).astype(src.dtype)     # (A,)
+        out[active, t] = tokens
+        going = tokens != eos_id                                         # (A,)
+        n_going = int(going.sum())
+        if n_going == 0:
+            break
+        prefix = xp.concatenate([prefix, tokens[:, None]], axis=1)       # (A, t+2)
+        if n_going < going.shape[0]:  # finished sentences leave the batch
+            keep = xp.nonzero(going)[0]                                  # (A',)
+            active, prefix = active[keep], prefix[keep]
+            memory, src_mask = memory[keep], src_mask[keep]
             if cache is not None:
-                logits = model.decode(prefix[:, -1:], memory, src_mask, cache)  # (A, 1, V)
-            else:
-                logits = _decode_prefix(model, prefix, memory, src_mask)  # (A, t+1, V)
-            tokens = logits.data[:, -1].argmax(axis=-1).astype(src.dtype)  # (A,)
-            out[active, t] = tokens
-            going = tokens != eos_id                                     # (A,)
-            n_going = int(going.sum())
-            if n_going == 0:
-                break
-            prefix = xp.concatenate([prefix, tokens[:, None]], axis=1)   # (A, t+2)
-            if n_going < going.shape[0]:  # finished sentences leave the batch
-                keep = xp.nonzero(going)[0]                              # (A',)
-                active, prefix = active[keep], prefix[keep]
-                memory, src_mask = memory[keep], src_mask[keep]
-                if cache is not None:
-                    cache.reorder(keep)
+                cache.reorder(keep)
     return _strip(backend.to_numpy(out).tolist(), eos_id)                # (B, ≤ limit)
 
 
@@ -197,115 +228,124 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
     """
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}.")
-    alpha, K, lp = float(length_penalty), beam_size, gnmt_length_penalty
-
+    src, limit = _source_and_limit(model, src_ids, max_len)
     with _generating(model):
-        src, src_mask, memory, limit = _encode(model, src_ids, max_len)
-        xp = backend.get_array_module(src.data)
-        B, ids_dtype = src.shape[0], src.dtype
-        if limit == 0:
-            hyps: list[list[int]] = [[] for _ in range(B)]
-            return (hyps, [0.0] * B) if return_scores else hyps
-        float_dtype = memory.data.dtype
+        results = _on_cores(_beam_search, model, src, limit, bos_id, eos_id, beam_size,
+                            float(length_penalty), use_cache)
+    hyps = [hyp for hyp, _ in results]
+    return (hyps, [score for _, score in results]) if return_scores else hyps
 
-        # Every sentence's K beams sit in consecutive rows: row = sentence·K + beam.
-        rows = xp.repeat(xp.arange(B), K)                                # (B·K,)
-        cache = model.new_cache() if use_cache else None
-        if cache is None:  # every step decodes the B·K prefixes against their memory
-            memory, src_mask = memory[rows], src_mask[rows]              # (B·K, S, C), ...
-        # With the cache, memory, source mask and the cross-attention keys and values keep
-        # one row per sentence, which its K beams share (MultiHeadAttention lets K consecutive
-        # query rows attend to one cached row). The first step decodes one row per sentence,
-        # since the K beams start as the same prefix; the self-attention cache then gets K.
-        # At the start the K beams are the same empty prefix: only the first may expand.
-        alive_scores = xp.full((B, K), -xp.inf, dtype=float_dtype)       # (A, K) log P
-        alive_scores[:, 0] = 0.0
-        alive_tokens = xp.zeros((B, K, 0), dtype=ids_dtype)              # (A, K, t)
-        active = xp.arange(B)                                            # (A,) sentence ids
-        # The best finished hypothesis of every sentence, padded with EOS to the limit.
-        best_tokens = xp.full((B, limit), eos_id, dtype=ids_dtype)       # (B, limit)
-        best_scores = xp.full(B, -xp.inf, dtype=float_dtype)             # (B,) log P / lp
-        n_finished = xp.zeros(B, dtype=ids_dtype)                        # (B,)
 
-        for t in range(1, limit + 1):  # t: hypothesis length after this step, EOS included
-            A = alive_scores.shape[0]
-            r = xp.arange(A)[:, None]                                    # (A, 1)
-            if cache is not None and t == 1:
-                bos = xp.full((B, 1), bos_id, dtype=ids_dtype)             # (B, 1)
-                newest = model.decode(bos, memory, src_mask, cache).data[:, -1][rows]
-            elif cache is not None:
-                last = alive_tokens[:, :, -1].reshape(A * K, 1)          # (A·K, 1)
-                newest = model.decode(last, memory, src_mask, cache).data[:, -1]
-            else:  # alive_tokens are the prefixes, already in beam order
-                prefix = xp.concatenate(
-                    [xp.full((A, K, 1), bos_id, dtype=ids_dtype), alive_tokens], axis=2)
-                newest = _decode_prefix(model, prefix.reshape(A * K, t), memory,
-                                        src_mask).data[:, -1]
-            V = newest.shape[-1]                                         # newest (A·K, V)
-            n_cand = min(2 * K, K * V)
-            # 1. The 2K best continuations per sentence, best first.
-            cand_scores, top = _best_continuations(newest, alive_scores, n_cand)
-            order = xp.argsort(-cand_scores, axis=1)                     # (A, 2K)
-            cand_scores, top = cand_scores[r, order], top[r, order]      # (A, 2K)
-            cand_beams, cand_tokens = top // V, (top % V).astype(ids_dtype)
-            is_eos = cand_tokens == eos_id                               # (A, 2K)
+def _beam_search(model: Transformer, src: Tensor, limit: int, bos_id: int, eos_id: int,
+                 K: int, alpha: float, use_cache: bool) -> list[tuple[list[int], float]]:
+    """Beam search over the sentences ``src`` (B, S): (hypothesis, score) per sentence."""
+    lp = gnmt_length_penalty
+    src_mask = model.source_mask(src)                                    # (B, 1, 1, S)
+    memory = model.encode(src, src_mask)                                 # (B, S, C)
+    xp = backend.get_array_module(src.data)
+    B, ids_dtype = src.shape[0], src.dtype
+    if limit == 0:
+        return [([], 0.0) for _ in range(B)]
+    float_dtype = memory.data.dtype
 
-            # 2. Candidates among the first K that end in EOS are finished hypotheses.
-            finished = is_eos[:, :K] & xp.isfinite(cand_scores[:, :K])   # (A, K)
-            n_finished[active] = n_finished[active] + finished.sum(axis=1).astype(ids_dtype)
-            eos_scores = xp.where(finished, cand_scores[:, :K], -xp.inf)  # (A, K)
-            j = eos_scores.argmax(axis=1)[:, None]                       # (A, 1) best of them
-            new_score = eos_scores[r, j][:, 0] / lp(t, alpha)            # (A,)
-            better = new_score > best_scores[active]                     # (A,)
-            prefix = alive_tokens[r, cand_beams[r, j]][:, 0]             # (A, t-1)
-            padded = xp.concatenate(
-                [prefix, xp.full((A, limit - t + 1), eos_id, dtype=ids_dtype)], axis=1)
-            best_tokens[active] = xp.where(better[:, None], padded, best_tokens[active])
-            best_scores[active] = xp.where(better, new_score, best_scores[active])
+    # Every sentence's K beams sit in consecutive rows: row = sentence·K + beam.
+    rows = xp.repeat(xp.arange(B), K)                                    # (B·K,)
+    cache = model.new_cache() if use_cache else None
+    if cache is None:  # every step decodes the B·K prefixes against their memory
+        memory, src_mask = memory[rows], src_mask[rows]                  # (B·K, S, C), ...
+    # With the cache, memory, source mask and the cross-attention keys and values keep
+    # one row per sentence, which its K beams share (MultiHeadAttention lets K consecutive
+    # query rows attend to one cached row). The first step decodes one row per sentence,
+    # since the K beams start as the same prefix; the self-attention cache then gets K.
+    # At the start the K beams are the same empty prefix: only the first may expand.
+    alive_scores = xp.full((B, K), -xp.inf, dtype=float_dtype)           # (A, K) log P
+    alive_scores[:, 0] = 0.0
+    alive_tokens = xp.zeros((B, K, 0), dtype=ids_dtype)                  # (A, K, t)
+    active = xp.arange(B)                                                # (A,) sentence ids
+    # The best finished hypothesis of every sentence, padded with EOS to the limit.
+    best_tokens = xp.full((B, limit), eos_id, dtype=ids_dtype)           # (B, limit)
+    best_scores = xp.full(B, -xp.inf, dtype=float_dtype)                 # (B,) log P / lp
+    n_finished = xp.zeros(B, dtype=ids_dtype)                            # (B,)
 
-            # 3. The K best candidates that do not end in EOS are the new beam: sort them
-            # first (distinct keys, so the order of the scores is kept).
-            position = xp.arange(n_cand)[None]                           # (1, 2K)
-            keep = xp.argsort(xp.where(is_eos, position + n_cand, position), axis=1)[:, :K]
-            beams = cand_beams[r, keep]                                  # (A, K)
-            alive_scores = cand_scores[r, keep]                          # (A, K)
-            alive_tokens = xp.concatenate(
-                [alive_tokens[r, beams], cand_tokens[r, keep][:, :, None]], axis=2)  # (A, K, t)
-            if t == limit:
+    for t in range(1, limit + 1):  # t: hypothesis length after this step, EOS included
+        A = alive_scores.shape[0]
+        r = xp.arange(A)[:, None]                                        # (A, 1)
+        if cache is not None and t == 1:
+            bos = xp.full((B, 1), bos_id, dtype=ids_dtype)             # (B, 1)
+            newest = model.decode(bos, memory, src_mask, cache).data[:, -1][rows]
+        elif cache is not None:
+            last = alive_tokens[:, :, -1].reshape(A * K, 1)              # (A·K, 1)
+            newest = model.decode(last, memory, src_mask, cache).data[:, -1]
+        else:  # alive_tokens are the prefixes, already in beam order
+            prefix = xp.concatenate(
+                [xp.full((A, K, 1), bos_id, dtype=ids_dtype), alive_tokens], axis=2)
+            newest = _decode_prefix(model, prefix.reshape(A * K, t), memory,
+                                    src_mask).data[:, -1]
+        V = newest.shape[-1]                                             # newest (A·K, V)
+        n_cand = min(2 * K, K * V)
+        # 1. The 2K best continuations per sentence, best first.
+        cand_scores, top = _best_continuations(newest, alive_scores, n_cand)
+        order = xp.argsort(-cand_scores, axis=1)                         # (A, 2K)
+        cand_scores, top = cand_scores[r, order], top[r, order]          # (A, 2K)
+        cand_beams, cand_tokens = top // V, (top % V).astype(ids_dtype)
+        is_eos = cand_tokens == eos_id                                   # (A, 2K)
+
+        # 2. Candidates among the first K that end in EOS are finished hypotheses.
+        finished = is_eos[:, :K] & xp.isfinite(cand_scores[:, :K])       # (A, K)
+        n_finished[active] = n_finished[active] + finished.sum(axis=1).astype(ids_dtype)
+        eos_scores = xp.where(finished, cand_scores[:, :K], -xp.inf)  # (A, K)
+        j = eos_scores.argmax(axis=1)[:, None]                           # (A, 1) best of them
+        new_score = eos_scores[r, j][:, 0] / lp(t, alpha)                # (A,)
+        better = new_score > best_scores[active]                         # (A,)
+        prefix = alive_tokens[r, cand_beams[r, j]][:, 0]                 # (A, t-1)
+        padded = xp.concatenate(
+            [prefix, xp.full((A, limit - t + 1), eos_id, dtype=ids_dtype)], axis=1)
+        best_tokens[active] = xp.where(better[:, None], padded, best_tokens[active])
+        best_scores[active] = xp.where(better, new_score, best_scores[active])
+
+        # 3. The K best candidates that do not end in EOS are the new beam: sort them
+        # first (distinct keys, so the order of the scores is kept).
+        position = xp.arange(n_cand)[None]                               # (1, 2K)
+        keep = xp.argsort(xp.where(is_eos, position + n_cand, position), axis=1)[:, :K]
+        beams = cand_beams[r, keep]                                      # (A, K)
+        alive_scores = cand_scores[r, keep]                              # (A, K)
+        alive_tokens = xp.concatenate(
+            [alive_tokens[r, beams], cand_tokens[r, keep][:, :, None]], axis=2)  # (A, K, t)
+        if t == limit:
+            break
+
+        # 4. Sentences whose result is settled leave the batch.
+        bound = alive_scores[:, 0] / max(lp(t + 1, alpha), lp(limit, alpha))  # (A,)
+        done = (n_finished[active] >= K) | (best_scores[active] >= bound)     # (A,)
+        n_done = int(done.sum())
+        flat = r * K + beams                                             # (A, K) rows to keep
+        if n_done:
+            if n_done == A:
                 break
+            going = ~done
+            flat, active = flat[going], active[going]                    # (A', K), (A',)
+            alive_scores, alive_tokens = alive_scores[going], alive_tokens[going]
+        flat = flat.reshape(-1)                                          # (A'·K,)
+        if cache is None:
+            if n_done:  # the beams of a sentence share its source rows
+                memory, src_mask = memory[flat], src_mask[flat]
+            continue
+        staying = xp.nonzero(going)[0] if n_done else None               # (A',) sentence rows
+        if n_done:
+            memory, src_mask = memory[staying], src_mask[staying]
+        # after the first step the self-attention cache grows from 1 to K rows a sentence
+        cache.reorder(flat // K if t == 1 else flat, cross_index=staying)
 
-            # 4. Sentences whose result is settled leave the batch.
-            bound = alive_scores[:, 0] / max(lp(t + 1, alpha), lp(limit, alpha))  # (A,)
-            done = (n_finished[active] >= K) | (best_scores[active] >= bound)     # (A,)
-            n_done = int(done.sum())
-            flat = r * K + beams                                         # (A, K) rows to keep
-            if n_done:
-                if n_done == A:
-                    break
-                going = ~done
-                flat, active = flat[going], active[going]                # (A', K), (A',)
-                alive_scores, alive_tokens = alive_scores[going], alive_tokens[going]
-            flat = flat.reshape(-1)                                      # (A'·K,)
-            if cache is None:
-                if n_done:  # the beams of a sentence share its source rows
-                    memory, src_mask = memory[flat], src_mask[flat]
-                continue
-            staying = xp.nonzero(going)[0] if n_done else None           # (A',) sentence rows
-            if n_done:
-                memory, src_mask = memory[staying], src_mask[staying]
-            # after the first step the self-attention cache grows from 1 to K rows a sentence
-            cache.reorder(flat // K if t == 1 else flat, cross_index=staying)
-
-        # Sentences that reached the limit without a finished hypothesis: their best prefix.
-        if t == limit and alive_scores.shape[0]:
-            none = ~xp.isfinite(best_scores[active])                     # (A,)
-            best_tokens[active] = xp.where(none[:, None], alive_tokens[:, 0],
-                                           best_tokens[active])
-            best_scores[active] = xp.where(none, alive_scores[:, 0] / lp(limit, alpha),
-                                           best_scores[active])
-        hyps = _strip(backend.to_numpy(best_tokens).tolist(), eos_id)
-        scores_out = [float(s) for s in backend.to_numpy(best_scores).tolist()]
-    return (hyps, scores_out) if return_scores else hyps
+    # Sentences that reached the limit without a finished hypothesis: their best prefix.
+    if t == limit and alive_scores.shape[0]:
+        none = ~xp.isfinite(best_scores[active])                         # (A,)
+        best_tokens[active] = xp.where(none[:, None], alive_tokens[:, 0],
+                                       best_tokens[active])
+        best_scores[active] = xp.where(none, alive_scores[:, 0] / lp(limit, alpha),
+                                       best_scores[active])
+    hyps = _strip(backend.to_numpy(best_tokens).tolist(), eos_id)
+    scores = [float(s) for s in backend.to_numpy(best_scores).tolist()]
+    return list(zip(hyps, scores, strict=True))
 
 
 __all__ = ["beam_search", "gnmt_length_penalty", "greedy_decode"]

@@ -6,6 +6,7 @@ one pass over memory per operation, each on one core. Cut into blocks of rows of
 on every core at once: NumPy releases the GIL inside its loops, so threads work in parallel.
 
     for_blocks(kernel, n, row_bytes, xp)    calls kernel(rows) for slices rows covering 0..n
+    on_workers(function, items)             [function(item) for item in items], concurrently
 
 ``kernel`` reads and writes only its own rows of the arrays it closes over, so the result is
 the same, bit for bit, as one call on all rows. On CuPy there is nothing to gain (the GPU
@@ -15,12 +16,18 @@ While blocks run on the worker threads, BLAS is held to one thread (threadpoolct
 may call matmul on its block (attention does, for Q Kᵀ and P V), and BLAS's own threads on
 top of the workers would fight for the cores. One block per core, each with a single-threaded
 product, is twice as fast as blocks in turn with two-threaded products on small matrices.
+
+``on_workers`` runs larger pieces of work the same way (decoding runs one share of a batch's
+sentences per core). Inside a worker, ``for_blocks`` runs its blocks in turn on that thread:
+the cores are already busy, and a worker waiting for its own blocks to be scheduled on the
+pool it occupies would never be served.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -33,6 +40,7 @@ BLOCK_BYTES = 512 * 1024          # a block of each array a kernel touches stays
 WORKERS = max(1, min(os.cpu_count() or 1, 8))
 _pool: ThreadPoolExecutor | None = None
 _blas: ThreadpoolController | None = None
+_thread = threading.local()       # .on_worker: this thread runs a task of the pool
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -51,6 +59,25 @@ def _single_threaded_blas():
     return _blas.limit(limits=1, user_api="blas")
 
 
+def _as_worker_task(function: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def task(item: Any) -> Any:
+        _thread.on_worker = True
+        try:
+            return function(item)
+        finally:
+            _thread.on_worker = False
+    return task
+
+
+def on_workers(function: Callable[[Any], Any], items: list) -> list:
+    """``[function(item) for item in items]``, the items on the worker threads at once with
+    single-threaded BLAS (in turn when there is one worker, or already on a worker)."""
+    if WORKERS == 1 or len(items) < 2 or getattr(_thread, "on_worker", False):
+        return [function(item) for item in items]
+    with _single_threaded_blas():
+        return list(_executor().map(_as_worker_task(function), items))
+
+
 def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any,
                block_bytes: int = BLOCK_BYTES) -> None:
     """Run ``kernel(rows)`` over slices of rows 0..n, each about BLOCK_BYTES of one array of
@@ -65,12 +92,12 @@ def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any,
         return
     starts = range(0, n, rows_per_block)
     blocks = [slice(start, min(start + rows_per_block, n)) for start in starts]
-    if WORKERS == 1:
+    if WORKERS == 1 or getattr(_thread, "on_worker", False):
         for rows in blocks:
             kernel(rows)
         return
     with _single_threaded_blas():
-        for _ in _executor().map(kernel, blocks):  # re-raises the first exception of a kernel
+        for _ in _executor().map(_as_worker_task(kernel), blocks):  # re-raises a kernel's error
             pass
 
 

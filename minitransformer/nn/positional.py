@@ -20,8 +20,10 @@ from . import init
 from .module import Module, Parameter
 
 
-def sinusoidal_table(length: int, d_model: int, device: str | None = None) -> Any:
-    """The (length, d_model) table of sinusoids, in the default float dtype, on ``device``."""
+def sinusoidal_table(length: int, d_model: int, device: str | None = None,
+                     dtype: Any = None) -> Any:
+    """The (length, d_model) table of sinusoids, in ``dtype`` (default: the default float
+    dtype), on ``device``."""
     xp = backend.get_backend(device).xp
     position = xp.arange(length, dtype="float64")[:, None]               # (L, 1)
     # 1 / 10000^(2i / d_model) for i = 0 .. d_model/2 - 1
@@ -31,7 +33,7 @@ def sinusoidal_table(length: int, d_model: int, device: str | None = None) -> An
     table = xp.zeros((length, d_model), dtype="float64")
     table[:, 0::2] = xp.sin(angles)
     table[:, 1::2] = xp.cos(angles[:, : d_model // 2])
-    return table.astype(backend.get_default_dtype())
+    return table.astype(backend.get_default_dtype() if dtype is None else dtype)
 
 
 class PositionalEncoding(Module):
@@ -44,9 +46,8 @@ class PositionalEncoding(Module):
 
     def table(self, device: str, dtype: Any) -> Any:
         key = (device, str(dtype))
-        if key not in self._tables:
-            with backend.default_dtype(dtype):
-                self._tables[key] = sinusoidal_table(self.max_len, self.d_model, device)
+        if key not in self._tables:  # the dtype given, not by default_dtype: threads decode
+            self._tables[key] = sinusoidal_table(self.max_len, self.d_model, device, dtype)
         return self._tables[key]
 
     def forward(self, x: Any, start: int = 0) -> Any:
