@@ -30,7 +30,12 @@ def is_cupy(xp: Any) -> bool:
 
 @functools.cache
 def _kernels() -> Any:
-    cupy = backend.get_backend("cuda").xp
+    return make_kernels(backend.get_backend("cuda").xp)
+
+
+def make_kernels(cupy: Any) -> Any:
+    """The kernels as ``cupy`` objects, not yet compiled: CuPy compiles each one on its first
+    call, for that call's dtypes. ``tests/test_cuda_compile.py`` compiles them without a GPU."""
 
     class Kernels:
         # Dropout: keep = [u >= p], y = x · keep / (1 - p). A product, not a select, as on
