@@ -378,15 +378,17 @@ def measure_memory(name: str, config: TransformerConfig, args) -> list[dict]:
 def decoding_inputs(args) -> tuple:
     """(minitransformer model, padded source batches sorted by length, description).
 
-    The trained small model and the first --sentences of test_2016_flickr when the Multi30k
-    checkpoint and data are there, else a random small model on random ids of 8-20 tokens."""
-    if CHECKPOINT.is_file() and Path(args.data).is_dir():
-        checkpoint = load_checkpoint(CHECKPOINT)
+    The trained model of --checkpoint and the first --sentences of test_2016_flickr when the
+    checkpoint and Multi30k are there, else a random small model on random ids of 8-20 tokens."""
+    path = Path(args.checkpoint)
+    if path.is_file() and Path(args.data).is_dir():
+        checkpoint = load_checkpoint(path)
         model = restore_model(checkpoint, args.device)
         tokenizer = Tokenizer.from_bytes(checkpoint.tokenizer_bytes)
         pairs = load_corpus(args.data, "de", "en").test[: args.sentences]
         sources = [ids for ids in (tokenizer.encode(s.strip()) for s, _ in pairs) if ids]
-        what = (f"trained small model ({CHECKPOINT.relative_to(HERE.parent)}), first "
+        shown = path.relative_to(HERE.parent) if path.is_relative_to(HERE.parent) else path
+        what = (f"trained small model ({shown}), first "
                 f"{len(sources)} sentences of test_2016_flickr")
     else:
         mt.manual_seed(0)
@@ -563,6 +565,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty α")
     parser.add_argument("--forced-length", type=int, default=50)
     parser.add_argument("--data", default=str(SHARED), help="the Multi30k folder")
+    parser.add_argument("--checkpoint", default=str(CHECKPOINT),
+                        help="the trained model to decode with (default: the Multi30k run's)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--quick", action="store_true", help="smoke test: small only, "
                         "lengths 16 32, 1 repeat, 100 sentences, memory at 32")
