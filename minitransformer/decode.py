@@ -16,6 +16,8 @@ decoded as one batch; the length penalty is that of Wu et al. (2016, GNMT):
 
 with |Y| counting the end-of-sentence token.
 
+On the CPU a batch's sentences are decoded in shares, one per core, at once (``_on_cores``).
+
     B batch   S source length   K beam size   V vocabulary   A sentences still searching
 """
 
@@ -72,7 +74,8 @@ def _on_cores(search: Callable[..., list], model: Transformer, src: Tensor, *arg
     (sentences 0, n, 2n, ... to the first of n shares), so that when a batch comes sorted by
     length every share gets as much work. A sentence's search depends on no other sentence,
     and the shares keep the batch's padded width, so the results are those of one search over
-    the whole batch. On the GPU, or for fewer than 2·MIN_SHARE sentences, there is one share."""
+    the whole batch (but for the last bit of a product over fewer rows, which BLAS may round
+    otherwise). On the GPU, or for fewer than 2·MIN_SHARE sentences, there is one share."""
     B = src.shape[0]
     n = min(WORKERS, B // MIN_SHARE)
     if n < 2 or is_cupy(backend.get_array_module(src.data)):
