@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 from typing import Any
 
 from .. import backend
@@ -23,6 +24,7 @@ from .. import backend
 MIN_BYTES = 32 * 2**20     # smaller arrays come back from malloc's own free lists anyway
 MAX_KEPT_BYTES = 2**30     # kept blocks, in use or free, in all
 _blocks: list[Any] = []  # 1-D uint8 NumPy buffers
+_lock = threading.Lock()  # threads decoding shares of a batch ask at once
 
 
 def empty(shape: tuple[int, ...], dtype: Any, xp: Any) -> Any:
@@ -30,15 +32,16 @@ def empty(shape: tuple[int, ...], dtype: Any, xp: Any) -> Any:
     nbytes = math.prod(shape) * dtype.itemsize
     if xp is not backend.get_backend("cpu").xp or nbytes < MIN_BYTES:
         return xp.empty(shape, dtype=dtype)
-    free = [i for i in range(len(_blocks)) if _blocks[i].nbytes >= nbytes and _unused(i)]
-    if free:
-        block = _blocks[min(free, key=lambda i: _blocks[i].nbytes)]
-    else:
-        block = xp.empty(nbytes, dtype="uint8")
-        _make_room(nbytes)
-        if sum(b.nbytes for b in _blocks) + nbytes <= MAX_KEPT_BYTES:
-            _blocks.append(block)
-    return block[:nbytes].view(dtype).reshape(shape)
+    with _lock:  # a block found unused is taken (referred to) before another thread looks
+        free = [i for i in range(len(_blocks)) if _blocks[i].nbytes >= nbytes and _unused(i)]
+        if free:
+            block = _blocks[min(free, key=lambda i: _blocks[i].nbytes)]
+        else:
+            block = xp.empty(nbytes, dtype="uint8")
+            _make_room(nbytes)
+            if sum(b.nbytes for b in _blocks) + nbytes <= MAX_KEPT_BYTES:
+                _blocks.append(block)
+        return block[:nbytes].view(dtype).reshape(shape)
 
 
 def _unused(i: int) -> bool:

@@ -2,6 +2,8 @@
 numbers as one call on all rows, and reused buffers are handed out only when nobody holds
 them."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -60,6 +62,24 @@ def test_workspace_reuses_a_buffer_only_when_nobody_holds_it():
     assert any(np.shares_memory(d, block) for block in _workspace._blocks)
     small = _workspace.empty((4, 4), "float32", np)            # below MIN_BYTES: plain empty
     assert not any(np.shares_memory(small, block) for block in _workspace._blocks)
+
+
+def test_workspace_never_gives_one_free_buffer_to_two_threads(monkeypatch):
+    """Threads decoding shares of a batch ask for buffers at once: each gets its own, even
+    when a thread is interrupted between finding a block free and taking it."""
+    unused = _workspace._unused
+    def slow_unused(i):
+        free = unused(i)
+        time.sleep(0.01)  # another thread runs here
+        return free
+    monkeypatch.setattr(_workspace, "_unused", slow_unused)
+    shape = (_workspace.MIN_BYTES // 4 // 64 + 1, 64)
+    for _ in range(3):  # free blocks from earlier rounds are there to be fought over
+        held = _blocks.on_workers(lambda i: _workspace.empty(shape, "float32", np),
+                                  list(range(2 * _blocks.WORKERS)))
+        assert not any(np.shares_memory(a, b)
+                       for i, a in enumerate(held) for b in held[i + 1:])
+        del held
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "strided"])
