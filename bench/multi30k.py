@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
-import minitransformer as mt
+import minitransformer as mt  # first: it sets OPENBLAS_THREAD_TIMEOUT before NumPy loads
+
+# isort: split
+from machine import machine
+
 from minitransformer import viz
 from minitransformer.checkpoint import load_checkpoint, restore_model
 from minitransformer.cli.translate import score
@@ -74,8 +76,7 @@ def main(argv=None):
         "epochs": trainer.state["epoch"] + trainer.state["batch"] / steps_per_epoch,
         "train_seconds": round(trainer.state["elapsed"], 1),
         "tokens_per_s": trainer.state["tokens"] / trainer.state["elapsed"],
-        "machine": {"processor": platform.processor() or platform.machine(),
-                    "cpu_count": os.cpu_count(), "python": sys.version.split()[0]},
+        "machine": machine(),
         "validations": _validations(out / "log.jsonl"), "test": {},
     }
     for name in ("last", "averaged"):

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -24,6 +21,7 @@ import minitransformer as mt  # first: it sets OPENBLAS_THREAD_TIMEOUT before Nu
 
 # isort: split
 import numpy as np
+from machine import machine
 
 from minitransformer import functional as F
 from minitransformer.nn import Transformer, TransformerConfig
@@ -81,9 +79,7 @@ def main(argv=None):
         "benchmark": "training step (forward, backward, Adam) of minitransformer",
         "config": config.to_dict(), "config_name": args.config,
         "num_parameters": model.num_parameters(), "device": mt.current_device(),
-        "machine": {"processor": platform.processor() or platform.machine(),
-                    "cpu_count": os.cpu_count(), "python": sys.version.split()[0],
-                    "numpy": np.__version__},
+        "machine": machine(),
         "repeats": args.repeats, "rows": rows,
     }
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
