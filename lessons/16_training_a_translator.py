@@ -51,9 +51,9 @@ print(f"{len(data.train):,} training pairs as ids ({dropped} dropped for length)
 # The tiny model (2 + 2 layers, $d_{model} = 32$), label smoothing 0.1, the paper's schedule
 # with a 400-step warmup, batches of at most 4,000 padded tokens, 500 steps. The trainer
 # validates halfway and at the end (loss, and greedy BLEU on 200 validation sentences) and
-# writes its log and checkpoints to `runs/lesson16`. Under a minute on two CPU cores in full
-# (about 45 s on the development machine); a few seconds in the fast mode, which is far too
-# short to learn anything.
+# writes its log and checkpoints to `runs/lesson16`. About a minute on two CPU cores in full
+# (45 s on a 2-core Intel Xeon, 61 s on a 2-core AMD EPYC); a few seconds in the fast mode,
+# which is far too short to learn anything.
 
 # %%
 model = Transformer(TransformerConfig.named("tiny", tokenizer.vocab_size))
