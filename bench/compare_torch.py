@@ -53,6 +53,7 @@ from compare_report import (
     report,
     training_table,
 )
+from machine import cpu_name
 from parity_torch import relative
 from torch_model import TorchTransformer, copy_weights
 from torch_model import beam_search as torch_beam_search
@@ -509,14 +510,11 @@ def _identical(a: list, b: list) -> float:
 # ----------------------------------------------------------------------------- main
 
 def machine_info(args) -> dict:
-    cpuinfo = Path("/proc/cpuinfo")
-    models = ([line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-               if line.startswith("model name")] if cpuinfo.is_file() else [])
     try:
         numpy_blas = np.__config__.CONFIG["Build Dependencies"]["blas"]["name"]
     except (AttributeError, KeyError):
         numpy_blas = "unknown BLAS"
-    info = {"platform": platform.platform(), "cpu": models[0] if models else platform.processor(),
+    info = {"platform": platform.platform(), "cpu": cpu_name(),
             "cores": os.cpu_count(), "python": sys.version.split()[0],
             "numpy": np.__version__, "numpy_blas": numpy_blas, "torch": torch.__version__,
             "torch_blas": "MKL" if torch.backends.mkl.is_available() else "no MKL",

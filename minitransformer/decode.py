@@ -243,12 +243,12 @@ def _beam_search(model: Transformer, src: Tensor, limit: int, bos_id: int, eos_i
                  K: int, alpha: float, use_cache: bool) -> list[tuple[list[int], float]]:
     """Beam search over the sentences ``src`` (B, S): (hypothesis, score) per sentence."""
     lp = gnmt_length_penalty
-    src_mask = model.source_mask(src)                                    # (B, 1, 1, S)
-    memory = model.encode(src, src_mask)                                 # (B, S, C)
     xp = backend.get_array_module(src.data)
     B, ids_dtype = src.shape[0], src.dtype
     if limit == 0:
         return [([], 0.0) for _ in range(B)]
+    src_mask = model.source_mask(src)                                    # (B, 1, 1, S)
+    memory = model.encode(src, src_mask)                                 # (B, S, C)
     float_dtype = memory.data.dtype
 
     # Every sentence's K beams sit in consecutive rows: row = sentence·K + beam.
