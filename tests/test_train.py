@@ -122,7 +122,9 @@ def run_child(tmp_path, mode, ready):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     run_dir = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    # tests/ for train_task, ahead of whatever the environment already puts on the path
+    path = [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
     child = subprocess.Popen([sys.executable, str(script), str(run_dir), mode], env=env)
     deadline = time.monotonic() + 60
     try:
