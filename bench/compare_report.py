@@ -104,7 +104,9 @@ def report(results: dict) -> str:
         "## minitransformer vs PyTorch eager\n",
         f"{m['cpu']}, {m['cores']} cores, {m['threads']} threads for both; NumPy "
         f"{m['numpy']} ({m['numpy_blas']}), torch {m['torch']} ({m['torch_blas']}); device "
-        f"{results['device']}; {results['date']}. Vocabulary {results['vocab_size']}. "
+        f"{results['device']}"
+        + (f" ({m['gpu']}, CuPy {m['cupy']}, CUDA {m['torch_cuda']})" if "gpu" in m else "")
+        + f"; {results['date']}. Vocabulary {results['vocab_size']}. "
         "Ratios are minitransformer / torch in throughput: above 1, minitransformer is faster "
         "(memory: above 1, it uses more).\n",
         f"Parity first (dropout off, a padded batch; worst relative error of logits, loss and "
