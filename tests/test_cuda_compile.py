@@ -101,8 +101,9 @@ def nvrtc(monkeypatch):
     monkeypatch.setattr(compiler, "_get_arch_for_options_for_nvrtc",
                         compiler._get_arch_for_options_for_nvrtc.__wrapped__)
 
-    def to_cubin(source, options=()):
-        return core.compile_with_cache(source, tuple(options), arch=ARCH).cubin
+    def to_cubin(source, options=(), cupy_headers=True):  # a RawModule has none
+        return core.compile_with_cache(source, tuple(options), arch=ARCH,
+                                       prepend_cupy_headers=cupy_headers).cubin
     return to_cubin
 
 
@@ -116,6 +117,17 @@ def test_every_kernel_compiles(name, dtype, nvrtc):
         source = elementwise_source(kernel, dtype, SCALARS.get(name, ()))
         cubin = nvrtc(source, kernel.kwargs.get("options", ()))
     assert cubin.startswith(b"\x7fELF") and kernel.name.encode() in cubin
+
+
+def test_the_row_kernels_compile_for_both_dtypes(nvrtc):
+    """ROW_KERNELS, as the RawModule of make_kernels compiles it on its first use."""
+    assert isinstance(KERNELS.rows, cupy.RawModule)
+    cubin = nvrtc(_cuda.ROW_KERNELS, cupy_headers=False)
+    assert cubin.startswith(b"\x7fELF")
+    for name in ("layer_norm_forward", "layer_norm_backward", "softmax_rows",
+                 "logit_statistics"):
+        for ctype in ("float", "double"):
+            assert f"minitransformer_{name}_{ctype}".encode() in cubin
 
 
 def test_a_typo_fails_to_compile(nvrtc):

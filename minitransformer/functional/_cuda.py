@@ -3,10 +3,11 @@ layers, with each chain of elementwise steps done in one pass over memory.
 
 On a GPU an elementwise operation costs a kernel launch and a full read and write of its
 arrays, whatever its arithmetic; softmax written as NumPy operations is seven of them. Here
-each chain is one ``cupy.ElementwiseKernel`` (or a ``cupy.ReductionKernel`` where a row is
-summed), written in CUDA C. The layers call these only on CuPy arrays (``is_cupy``); the NumPy
-path next to each call is the readable reference, and ``tests/test_cuda.py`` checks every
-kernel against it on a GPU.
+each elementwise chain is one ``cupy.ElementwiseKernel``, and what works on whole rows (layer
+norm, softmax, the loss's row statistics) is one warp-per-row kernel (``ROW_KERNELS``, a
+``cupy.RawModule``), written in CUDA C. The layers call these only on CuPy arrays
+(``is_cupy``); the NumPy path next to each call is the readable reference, and
+``tests/test_cuda.py`` checks every kernel against it on a GPU.
 
     N rows   C features (d_model)   V vocabulary   T queries   S keys
 
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import functools
 from typing import Any
+
+import numpy as np
 
 from .. import backend
 
@@ -33,9 +36,116 @@ def _kernels() -> Any:
     return make_kernels(backend.get_backend("cuda").xp)
 
 
+# Row kernels: one warp (32 threads) per row of a C-contiguous (rows, C) array, each thread
+# taking every 32nd feature, the row's sums and maximum exchanged by warp shuffles. A layer
+# norm or a softmax is then one launch instead of a reduction kernel per statistic plus the
+# elementwise passes, and on a GPU driven from Python every launch costs tens of
+# microseconds of host time, more than these rows take to compute.
+ROW_KERNELS = r"""
+template <typename T> __device__ T warp_sum(T v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffff, v, offset);
+    return v;
+}
+template <typename T> __device__ T warp_max(T v) {
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = max(v, __shfl_xor_sync(0xffffffff, v, offset));
+    return v;
+}
+
+// y = gain ∘ x̂ + bias, x̂ = (x - μ) · rstd, rstd = 1 / √(mean((x - μ)²) + eps), per row
+template <typename T> __device__ void layer_norm_forward(
+        const T* x, const T* gain, const T* bias, T eps, int rows, int C,
+        T* x_hat, T* y, T* rstd) {
+    const int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const size_t at = (size_t)row * C;
+    T sum = 0;
+    for (int c = lane; c < C; c += 32) sum += x[at + c];
+    const T mean = warp_sum(sum) / C;
+    T squares = 0;
+    for (int c = lane; c < C; c += 32) { const T d = x[at + c] - mean; squares += d * d; }
+    const T r = (T)1 / sqrt(warp_sum(squares) / C + eps);
+    for (int c = lane; c < C; c += 32) {
+        const T h = (x[at + c] - mean) * r;
+        x_hat[at + c] = h;
+        y[at + c] = h * gain[c] + bias[c];
+    }
+    if (lane == 0) rstd[row] = r;
+}
+
+// dx = rstd (g - mean(g) - x̂ mean(g ∘ x̂)), g = dout ∘ gain, per row
+template <typename T> __device__ void layer_norm_backward(
+        const T* dout, const T* gain, const T* x_hat, const T* rstd, int rows, int C, T* dx) {
+    const int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const size_t at = (size_t)row * C;
+    T sum_g = 0, sum_gx = 0;
+    for (int c = lane; c < C; c += 32) {
+        const T g = dout[at + c] * gain[c];
+        sum_g += g;
+        sum_gx += g * x_hat[at + c];
+    }
+    const T mean_g = warp_sum(sum_g) / C, mean_gx = warp_sum(sum_gx) / C, r = rstd[row];
+    for (int c = lane; c < C; c += 32)
+        dx[at + c] = r * (dout[at + c] * gain[c] - mean_g - x_hat[at + c] * mean_gx);
+}
+
+// s = exp(s - m) / Σ exp(s - m), m the row maximum, in place; 0 for a row of -∞ only
+template <typename T> __device__ void softmax_rows(T* s, int rows, int S) {
+    const int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    T* r = s + (size_t)row * S;
+    T m = r[0];
+    for (int j = lane; j < S; j += 32) m = max(m, r[j]);
+    m = warp_max(m);
+    if (isinf(m) && m < 0) m = 0;            // no key: every exp(-∞ - 0) is 0, and so is Σ
+    T total = 0;
+    for (int j = lane; j < S; j += 32) total += exp(r[j] - m);
+    total = warp_sum(total);
+    for (int j = lane; j < S; j += 32) r[j] = total > 0 ? exp(r[j] - m) / total : (T)0;
+}
+
+// m = max_v z, total = Σ_v exp(z - m), sum_z = Σ_v z, per row of the (N, V) logits
+template <typename T> __device__ void logit_statistics(
+        const T* z, int rows, int V, T* row_max, T* total, T* sum_z) {
+    const int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const T* r = z + (size_t)row * V;
+    T m = r[0], plain = 0;
+    for (int v = lane; v < V; v += 32) { m = max(m, r[v]); plain += r[v]; }
+    m = warp_max(m);
+    T sum = 0;
+    for (int v = lane; v < V; v += 32) sum += exp(r[v] - m);
+    sum = warp_sum(sum);
+    plain = warp_sum(plain);
+    if (lane == 0) { row_max[row] = m; total[row] = sum; sum_z[row] = plain; }
+}
+
+#define MINITRANSFORMER_ROW_KERNELS(T)                                                      \
+extern "C" __global__ void minitransformer_layer_norm_forward_##T(                         \
+        const T* x, const T* gain, const T* bias, T eps, int rows, int C,                    \
+        T* x_hat, T* y, T* rstd) {                                                         \
+    layer_norm_forward(x, gain, bias, eps, rows, C, x_hat, y, rstd); }                      \
+extern "C" __global__ void minitransformer_layer_norm_backward_##T(                        \
+        const T* dout, const T* gain, const T* x_hat, const T* rstd, int rows, int C,        \
+        T* dx) {                                                                           \
+    layer_norm_backward(dout, gain, x_hat, rstd, rows, C, dx); }                            \
+extern "C" __global__ void minitransformer_softmax_rows_##T(T* s, int rows, int S) {        \
+    softmax_rows(s, rows, S); }                                                            \
+extern "C" __global__ void minitransformer_logit_statistics_##T(                           \
+        const T* z, int rows, int V, T* row_max, T* total, T* sum_z) {                     \
+    logit_statistics(z, rows, V, row_max, total, sum_z); }
+
+MINITRANSFORMER_ROW_KERNELS(float)
+MINITRANSFORMER_ROW_KERNELS(double)
+"""
+ROWS_PER_BLOCK = 4                      # warps of a block: 128 threads
+
+
 def make_kernels(cupy: Any) -> Any:
     """The kernels as ``cupy`` objects, not yet compiled: CuPy compiles each one on its first
-    call, for that call's dtypes. ``tests/test_cuda_compile.py`` compiles them without a GPU."""
+    call, for that call's dtypes (the row kernels: the module, on its first use, for both).
+    ``tests/test_cuda_compile.py`` compiles them all without a GPU."""
 
     class Kernels:
         # Dropout: keep = [u >= p], y = x · keep / (1 - p). A product, not a select, as on
@@ -49,34 +159,11 @@ def make_kernels(cupy: Any) -> Any:
             "T dout, bool keep, T scale", "T dx",
             "dx = dout * (T)keep * scale;",
             "minitransformer_dropout_backward")
-        # Layer norm: Σ_c (x - μ)² per row (μ broadcast from (N, 1)).
-        squared_deviation_sum = cupy.ReductionKernel(
-            "T x, T mean", "T y", "(x - mean) * (x - mean)", "a + b", "y = a", "0",
-            "minitransformer_squared_deviation_sum")
-        # Layer norm: x̂ = (x - μ) · rstd, y = gain ∘ x̂ + bias.
-        layer_norm_forward = cupy.ElementwiseKernel(
-            "T x, T mean, T rstd, T gain, T bias", "T x_hat, T y",
-            "x_hat = (x - mean) * rstd; y = x_hat * gain + bias;",
-            "minitransformer_layer_norm_forward")
-        # Layer norm backward: dx = rstd (dout ∘ gain - mean(g) - x̂ mean(g ∘ x̂)).
-        layer_norm_backward = cupy.ElementwiseKernel(
-            "T dout, T gain, T x_hat, T rstd, T mean_g, T mean_gx", "T dx",
-            "dx = rstd * (dout * gain - mean_g - x_hat * mean_gx);",
-            "minitransformer_layer_norm_backward")
         # Attention scores: S = scale · (Q Kᵀ), -∞ where the mask forbids (in place).
         mask_and_scale = cupy.ElementwiseKernel(
             "bool keep, T scale, T neg_inf", "T s",
             "s = keep ? s * scale : neg_inf;",
             "minitransformer_mask_and_scale")
-        # Softmax: Σ_j exp(s_j - m) per row, m the row maximum (0 for a fully masked row).
-        exp_sum = cupy.ReductionKernel(
-            "T s, T m", "T y", "exp(s - m)", "a + b", "y = a", "0",
-            "minitransformer_exp_sum")
-        # Softmax: P = exp(s - m) / Σ, 0 where the row had no key (Σ = 0) (in place).
-        normalize = cupy.ElementwiseKernel(
-            "T m, T total", "T s",
-            "s = total > 0 ? exp(s - m) / total : (T)0;",
-            "minitransformer_softmax_normalize")
         # Softmax backward: dS = P ∘ (dP - rowsum(dout ∘ out)) (in place on dP).
         softmax_backward = cupy.ElementwiseKernel(
             "T p, T delta", "T d",
@@ -103,8 +190,18 @@ def make_kernels(cupy: Any) -> Any:
             param -= step * m / (sqrt(v) + eps);
             """,
             "minitransformer_adam")
+        # Layer norm forward and backward, softmax, the logits' row statistics: ROW_KERNELS.
+        rows = cupy.RawModule(code=ROW_KERNELS)
 
     return Kernels
+
+
+def _row_kernel(name: str, array: Any, rows: int, *args: Any) -> None:
+    """Launch row kernel ``name`` for ``array``'s dtype, one warp on each of ``rows`` rows."""
+    ctype = {"float32": "float", "float64": "double"}[array.dtype.name]
+    kernel = _kernels().rows.get_function(f"minitransformer_{name}_{ctype}")
+    blocks = (rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
+    kernel((blocks,), (32 * ROWS_PER_BLOCK,), args)
 
 
 def dropout_forward(x: Any, u: Any, p: float) -> tuple[Any, Any]:
@@ -117,38 +214,45 @@ def dropout_backward(dout: Any, keep: Any, p: float) -> Any:
 
 
 def layer_norm_forward(x: Any, gain: Any, bias: Any, eps: float) -> tuple[Any, Any, Any]:
-    """(y, x̂, rstd (..., 1)) for x (..., C)."""
+    """(y, x̂, rstd (..., 1)) for x (..., C): one row kernel."""
     cupy = backend.get_array_module(x)
-    C = x.shape[-1]
-    mean = x.mean(axis=-1, keepdims=True)                                      # (..., 1)
-    var = _kernels().squared_deviation_sum(x, mean, axis=-1, keepdims=True) / C
-    rstd = 1.0 / cupy.sqrt(var + eps)                                          # (..., 1)
-    x_hat, y = _kernels().layer_norm_forward(x, mean, rstd, gain, bias)
+    x = cupy.ascontiguousarray(x)
+    C, rows = x.shape[-1], x.size // x.shape[-1]
+    x_hat, y = cupy.empty_like(x), cupy.empty_like(x)
+    rstd = cupy.empty(x.shape[:-1] + (1,), dtype=x.dtype)
+    t = x.dtype.type
+    _row_kernel("layer_norm_forward", x, rows, x, cupy.ascontiguousarray(gain, x.dtype),
+                cupy.ascontiguousarray(bias, x.dtype), t(eps), np.int32(rows), np.int32(C),
+                x_hat, y, rstd)
     return y, x_hat, rstd
 
 
 def layer_norm_backward(dout: Any, gain: Any, x_hat: Any, rstd: Any) -> Any:
-    """dx = rstd (g - mean(g) - x̂ mean(g ∘ x̂)), g = dout ∘ gain."""
-    C = x_hat.shape[-1]
-    mean_g = (dout @ gain)[..., None] / C                                      # (..., 1)
-    mean_gx = ((dout * x_hat) @ gain)[..., None] / C                           # (..., 1)
-    return _kernels().layer_norm_backward(dout, gain, x_hat, rstd, mean_g, mean_gx)
+    """dx = rstd (g - mean(g) - x̂ mean(g ∘ x̂)), g = dout ∘ gain: one row kernel."""
+    cupy = backend.get_array_module(dout)
+    dout = cupy.ascontiguousarray(dout)
+    C, rows = dout.shape[-1], dout.size // dout.shape[-1]
+    dx = cupy.empty_like(dout)
+    _row_kernel("layer_norm_backward", dout, rows, dout, cupy.ascontiguousarray(gain),
+                cupy.ascontiguousarray(x_hat), cupy.ascontiguousarray(rstd), np.int32(rows),
+                np.int32(C), dx)
+    return dx
 
 
 def masked_softmax_(scores: Any, mask: Any, scale: float) -> Any:
     """softmax(scale · scores) over the last axis, -∞ where ``mask`` is False, in place on
-    ``scores`` (..., T, S); a row with no key left becomes 0."""
+    ``scores`` (..., T, S) when it is C-contiguous (else on a copy; use the result); a row
+    with no key left becomes 0. Two launches: mask and scale, then the row kernel."""
     cupy = backend.get_array_module(scores)
-    kernels = _kernels()
+    scores = cupy.ascontiguousarray(scores)
     if mask is None:
         scores *= scale
     else:
         t = scores.dtype.type
-        kernels.mask_and_scale(mask, t(scale), t(-float("inf")), scores)
-    row_max = scores.max(axis=-1, keepdims=True)                               # (..., T, 1)
-    row_max = cupy.where(cupy.isneginf(row_max), scores.dtype.type(0), row_max)
-    total = kernels.exp_sum(scores, row_max, axis=-1, keepdims=True)           # (..., T, 1)
-    kernels.normalize(row_max, total, scores)
+        _kernels().mask_and_scale(mask, t(scale), t(-float("inf")), scores)
+    S = scores.shape[-1]
+    _row_kernel("softmax_rows", scores, scores.size // S, scores, np.int32(scores.size // S),
+                np.int32(S))
     return scores
 
 
@@ -158,11 +262,15 @@ def softmax_backward_(dP: Any, P: Any, delta: Any) -> Any:
     return dP
 
 
-def cross_entropy_statistics(z: Any) -> tuple[Any, Any]:
-    """(row maximum m, Σ_v exp(z - m)) of the (N, V) logits, both (N,): no (N, V) buffer."""
-    row_max = z.max(axis=-1)                                                   # (N,)
-    total = _kernels().exp_sum(z, row_max[:, None], axis=-1)                   # (N,)
-    return row_max, total
+def cross_entropy_statistics(z: Any) -> tuple[Any, Any, Any]:
+    """(row maximum m, Σ_v exp(z - m), Σ_v z) of the (N, V) logits, each (N,), in one row
+    kernel: no (N, V) buffer."""
+    cupy = backend.get_array_module(z)
+    z = cupy.ascontiguousarray(z)
+    N, V = z.shape
+    row_max, total, sum_z = (cupy.empty(N, dtype=z.dtype) for _ in range(3))
+    _row_kernel("logit_statistics", z, N, z, np.int32(N), np.int32(V), row_max, total, sum_z)
+    return row_max, total, sum_z
 
 
 def cross_entropy_backward(z: Any, row_max: Any, total: Any, row_scale: Any, targets: Any,

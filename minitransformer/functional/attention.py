@@ -55,7 +55,7 @@ class ScaledDotProductAttention(Function):
         xp = backend.get_array_module(q)
         D = q.shape[-1]
         scale = 1.0 / math.sqrt(D)
-        if _cuda.is_cupy(xp):  # steps 2-5 in three kernels and a row maximum
+        if _cuda.is_cupy(xp):  # steps 2-5 in two kernels
             P = xp.matmul(q, xp.swapaxes(k, -1, -2))                    # (..., T, S)
             P = _cuda.masked_softmax_(P, mask, scale)
             out = xp.matmul(P, v)                                       # (..., T, Dv)

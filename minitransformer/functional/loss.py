@@ -65,10 +65,9 @@ class CrossEntropy(Function):
         self._check_targets(t_safe, V)
         # 2. with m = max_v z_v and e = exp(z - m) (one buffer): log p_v = (z_v - m) - log Σe,
         #    so -log p_v = log Σe - (z_v - m), and log p itself is never formed
-        if _cuda.is_cupy(xp):  # m and Σe in two reductions, e itself never stored
+        if _cuda.is_cupy(xp):  # m and Σe in one row kernel, e itself never stored
             e = None
-            row_max, sum_e = _cuda.cross_entropy_statistics(z)          # (N_rows,) each
-            sum_z = sum_last(z) if self.eps else None                   # (N_rows,)
+            row_max, sum_e, sum_z = _cuda.cross_entropy_statistics(z)   # (N_rows,) each
         else:
             e = _workspace.empty(z.shape, z.dtype, xp)                  # (N_rows, V)
             row_max = xp.empty(z.shape[0], dtype=z.dtype)               # (N_rows,)

@@ -41,7 +41,7 @@ class LayerNorm(Function):
                 raise ValueError(f"layer_norm: {name} of shape {tuple(param.shape)} does not fit "
                                  f"the input of shape {tuple(x.shape)}: it must be (C,) = ({C},).")
         xp = backend.get_array_module(x)
-        if _cuda.is_cupy(xp):  # steps 1-4 in two kernels and a mean
+        if _cuda.is_cupy(xp):  # steps 1-4 in one row kernel
             y, x_hat, rstd = _cuda.layer_norm_forward(x, gain, bias, self.eps)
             self.saved = (x_hat, rstd, gain)
             return y
