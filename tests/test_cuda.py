@@ -29,25 +29,29 @@ def test_every_gradcheck_case_passes_on_the_gpu(case):
 
 # ------------------------------------------------------- fused kernels against the NumPy path
 
+# Rows shorter than a warp (8), and longer than one with a ragged end (100): the row kernels
+# give each row 32 threads, each thread every 32nd element.
+@pytest.mark.parametrize("width", [8, 100])
 @pytest.mark.parametrize("layer", ["layer_norm", "attention", "cross_entropy"])
-def test_fused_kernels_agree_with_the_numpy_path(layer):
+def test_fused_kernels_agree_with_the_numpy_path(layer, width):
     from minitransformer import functional as F
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((3, 5, 8)).astype(np.float32)
+    T = 5 if layer != "attention" else width                      # attention: S = T keys
+    x = rng.standard_normal((3, T, width)).astype(np.float32)
     if layer == "layer_norm":
-        gain = rng.standard_normal(8).astype(np.float32)
-        bias = rng.standard_normal(8).astype(np.float32)
+        gain = rng.standard_normal(width).astype(np.float32)
+        bias = rng.standard_normal(width).astype(np.float32)
         def op(a, g, b):
             return F.layer_norm(a, g, b)
         inputs = (x, gain, bias)
     elif layer == "attention":
-        mask = np.tril(np.ones((5, 5), bool))
+        mask = np.tril(np.ones((T, T), bool))
         mask[2] = False                                           # a fully masked row
         def op(q, k, v):
             return F.scaled_dot_product_attention(q, k, v, mt.tensor(mask).to(q.device))
         inputs = (x, x[::-1].copy(), x * 2)
     else:
-        targets = rng.integers(0, 8, size=(3, 5))
+        targets = rng.integers(0, width, size=(3, T))
         targets[0, 1] = 0
         def op(z):
             return F.cross_entropy(z, mt.tensor(targets).to(z.device), 0.1, ignore_index=0)
