@@ -196,8 +196,16 @@ def make_kernels(cupy: Any) -> Any:
     return Kernels
 
 
+def _rows(array: Any) -> int:
+    """How many rows of its last axis ``array`` holds (none when that axis is empty)."""
+    return array.size // array.shape[-1] if array.shape[-1] else 0
+
+
 def _row_kernel(name: str, array: Any, rows: int, *args: Any) -> None:
-    """Launch row kernel ``name`` for ``array``'s dtype, one warp on each of ``rows`` rows."""
+    """Launch row kernel ``name`` for ``array``'s dtype, one warp on each of ``rows`` rows
+    (nothing to launch for none: a grid of no blocks is a CUDA error)."""
+    if rows == 0:
+        return
     ctype = {"float32": "float", "float64": "double"}[array.dtype.name]
     kernel = _kernels().rows.get_function(f"minitransformer_{name}_{ctype}")
     blocks = (rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
@@ -217,7 +225,7 @@ def layer_norm_forward(x: Any, gain: Any, bias: Any, eps: float) -> tuple[Any, A
     """(y, x̂, rstd (..., 1)) for x (..., C): one row kernel."""
     cupy = backend.get_array_module(x)
     x = cupy.ascontiguousarray(x)
-    C, rows = x.shape[-1], x.size // x.shape[-1]
+    C, rows = x.shape[-1], _rows(x)
     x_hat, y = cupy.empty_like(x), cupy.empty_like(x)
     rstd = cupy.empty(x.shape[:-1] + (1,), dtype=x.dtype)
     t = x.dtype.type
@@ -231,7 +239,7 @@ def layer_norm_backward(dout: Any, gain: Any, x_hat: Any, rstd: Any) -> Any:
     """dx = rstd (g - mean(g) - x̂ mean(g ∘ x̂)), g = dout ∘ gain: one row kernel."""
     cupy = backend.get_array_module(dout)
     dout = cupy.ascontiguousarray(dout)
-    C, rows = dout.shape[-1], dout.size // dout.shape[-1]
+    C, rows = dout.shape[-1], _rows(dout)
     dx = cupy.empty_like(dout)
     _row_kernel("layer_norm_backward", dout, rows, dout, cupy.ascontiguousarray(gain),
                 cupy.ascontiguousarray(x_hat), cupy.ascontiguousarray(rstd), np.int32(rows),
@@ -250,9 +258,8 @@ def masked_softmax_(scores: Any, mask: Any, scale: float) -> Any:
     else:
         t = scores.dtype.type
         _kernels().mask_and_scale(mask, t(scale), t(-float("inf")), scores)
-    S = scores.shape[-1]
-    _row_kernel("softmax_rows", scores, scores.size // S, scores, np.int32(scores.size // S),
-                np.int32(S))
+    rows = _rows(scores)
+    _row_kernel("softmax_rows", scores, rows, scores, np.int32(rows), np.int32(scores.shape[-1]))
     return scores
 
 
@@ -269,7 +276,8 @@ def cross_entropy_statistics(z: Any) -> tuple[Any, Any, Any]:
     z = cupy.ascontiguousarray(z)
     N, V = z.shape
     row_max, total, sum_z = (cupy.empty(N, dtype=z.dtype) for _ in range(3))
-    _row_kernel("logit_statistics", z, N, z, np.int32(N), np.int32(V), row_max, total, sum_z)
+    _row_kernel("logit_statistics", z, _rows(z), z, np.int32(N), np.int32(V), row_max, total,
+                sum_z)
     return row_max, total, sum_z
 
 

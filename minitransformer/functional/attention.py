@@ -120,7 +120,7 @@ def _for_leading_blocks(kernel, P, xp):
         kernel(Ellipsis)
     else:
         # blocks on the worker threads, each block's matmuls on one BLAS thread
-        for_blocks(kernel, P.shape[0], P[0].nbytes, xp)
+        for_blocks(kernel, P.shape[0], P[0].nbytes if len(P) else 0, xp)  # an empty batch too
 
 
 def _heads_last(xp, shape, dtype):

@@ -274,3 +274,16 @@ def test_float64_stays_float64(device):
     x = dev(host(2, 3), dtype="float64")
     for y in (x * 2, x.sum(), x.max(axis=0), F.matmul(x, x.T), x.exp()):
         assert y.dtype == np.float64
+
+
+def test_an_empty_batch_goes_through_attention_and_layer_norm(device):
+    """B = 0 sentences: empty outputs and gradients of the same shapes, a zero gain gradient
+    (no row contributes), and no error from a block loop or a kernel launch over no rows."""
+    x = dev(np.ones((0, 5, 8), np.float32))
+    x.requires_grad = True
+    gain, bias = dev(np.ones(8, np.float32)), dev(np.zeros(8, np.float32))
+    gain.requires_grad = bias.requires_grad = True
+    out = F.layer_norm(F.scaled_dot_product_attention(x, x, x), gain, bias)
+    out.sum().backward()
+    assert out.shape == (0, 5, 8) and x.grad.shape == (0, 5, 8)
+    np.testing.assert_array_equal(backend.to_numpy(gain.grad), np.zeros(8, np.float32))
