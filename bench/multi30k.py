@@ -81,20 +81,28 @@ def main(argv=None):
     }
     for name in ("last", "averaged"):
         checkpoint = load_checkpoint(out / "checkpoints" / f"{name}.npz")
-        model = restore_model(checkpoint)
-        tok = Tokenizer.from_bytes(checkpoint.tokenizer_bytes)
-        for decoding, beam in (("greedy", 1), ("beam4", 4)):
-            t0 = time.perf_counter()
-            result = score(model, tok, corpus.test, beam,
-                           output=out / f"test_2016_flickr.{name}.{decoding}.en")
-            result["seconds"] = round(time.perf_counter() - t0, 1)
-            results["test"][f"{name}.{decoding}"] = result
-            print(f"{name} {decoding}: BLEU {result['bleu']:.2f} chrF {result['chrf']:.2f}",
-                  flush=True)
+        results["test"].update(score_test_set(
+            name, restore_model(checkpoint), Tokenizer.from_bytes(checkpoint.tokenizer_bytes),
+            corpus.test, out))
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     viz.training_curves(out / "log.jsonl", out / "curves.png")
     for path in (out / "checkpoints").glob("step-*.npz"):  # keep the repository small
         path.unlink()
+
+
+def score_test_set(name: str, model, tokenizer, test: list, out: Path) -> dict:
+    """Greedy and beam-4 translations of ``test`` by ``model`` (checkpoint ``name``), written to
+    ``out`` and scored: {"<name>.greedy": ..., "<name>.beam4": ...}, seconds included."""
+    results = {}
+    for decoding, beam in (("greedy", 1), ("beam4", 4)):
+        t0 = time.perf_counter()
+        result = score(model, tokenizer, test, beam,
+                       output=out / f"test_2016_flickr.{name}.{decoding}.en")
+        result["seconds"] = round(time.perf_counter() - t0, 1)
+        results[f"{name}.{decoding}"] = result
+        print(f"{name} {decoding}: BLEU {result['bleu']:.2f} chrF {result['chrf']:.2f}",
+              flush=True)
+    return results
 
 
 def _validations(log: Path) -> list[dict]:

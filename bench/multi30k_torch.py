@@ -13,7 +13,7 @@ inside the budget (label-smoothed loss, and BLEU of greedy translations of the 1
 validation sentences, decoded by torch_model.greedy_decode in translator.py's batches). Torch
 draws its own dropout masks. After the budget, the last weights and the average of the last
 five epochs' are copied back into a minitransformer model and test_2016_flickr is translated
-and scored by the code bench/multi30k.py uses (decode.py's search gives the same outputs as
+and scored by bench/multi30k.py's score_test_set (decode.py's search gives the same outputs as
 torch_model.py's port of it; compare_torch.py checks that).
 """
 
@@ -31,11 +31,11 @@ import minitransformer as mt  # first: it sets OPENBLAS_THREAD_TIMEOUT before Nu
 # isort: split
 import torch
 from machine import machine
+from multi30k import score_test_set
 from sacrebleu.metrics import BLEU
 from torch_model import TorchTransformer, copy_weights
 from torch_model import greedy_decode as torch_greedy_decode
 
-from minitransformer.cli.translate import score
 from minitransformer.corpus import load_corpus, prepare
 from minitransformer.data.batching import TokenBatcher, batches_in_order
 from minitransformer.nn import Transformer, TransformerConfig
@@ -164,15 +164,8 @@ def main(argv=None) -> None:
         "tokens_per_s": tokens / elapsed, "machine": machine(), "validations": validations,
         "averaged_epochs": len(kept), "test": {}}
     for name, state in (("last", last), ("averaged", averaged)):
-        ours = into_minitransformer(state, config)
-        for decoding, beam in (("greedy", 1), ("beam4", 4)):
-            t0 = time.perf_counter()
-            result = score(ours, tokenizer, corpus.test, beam,
-                           output=out / f"test_2016_flickr.{name}.{decoding}.en")
-            result["seconds"] = round(time.perf_counter() - t0, 1)
-            results["test"][f"{name}.{decoding}"] = result
-            print(f"{name} {decoding}: BLEU {result['bleu']:.2f} chrF {result['chrf']:.2f}",
-                  flush=True)
+        results["test"].update(score_test_set(name, into_minitransformer(state, config),
+                                              tokenizer, corpus.test, out))
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
 
 

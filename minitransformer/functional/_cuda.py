@@ -21,8 +21,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import numpy as np
-
 from .. import backend
 
 
@@ -203,13 +201,16 @@ def _rows(array: Any) -> int:
 
 def _row_kernel(name: str, array: Any, rows: int, *args: Any) -> None:
     """Launch row kernel ``name`` for ``array``'s dtype, one warp on each of ``rows`` rows
-    (nothing to launch for none: a grid of no blocks is a CUDA error)."""
+    (nothing to launch for none: a grid of no blocks is a CUDA error); Python ints in ``args``
+    go as 32-bit ints."""
     if rows == 0:
         return
     ctype = {"float32": "float", "float64": "double"}[array.dtype.name]
     kernel = _kernels().rows.get_function(f"minitransformer_{name}_{ctype}")
     blocks = (rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
-    kernel((blocks,), (32 * ROWS_PER_BLOCK,), args)
+    int32 = backend.get_array_module(array).int32                  # the kernels' `int` sizes
+    kernel((blocks,), (32 * ROWS_PER_BLOCK,),
+           tuple(int32(a) if isinstance(a, int) else a for a in args))
 
 
 def dropout_forward(x: Any, u: Any, p: float) -> tuple[Any, Any]:
@@ -230,7 +231,7 @@ def layer_norm_forward(x: Any, gain: Any, bias: Any, eps: float) -> tuple[Any, A
     rstd = cupy.empty(x.shape[:-1] + (1,), dtype=x.dtype)
     t = x.dtype.type
     _row_kernel("layer_norm_forward", x, rows, x, cupy.ascontiguousarray(gain, x.dtype),
-                cupy.ascontiguousarray(bias, x.dtype), t(eps), np.int32(rows), np.int32(C),
+                cupy.ascontiguousarray(bias, x.dtype), t(eps), rows, C,
                 x_hat, y, rstd)
     return y, x_hat, rstd
 
@@ -242,8 +243,8 @@ def layer_norm_backward(dout: Any, gain: Any, x_hat: Any, rstd: Any) -> Any:
     C, rows = dout.shape[-1], _rows(dout)
     dx = cupy.empty_like(dout)
     _row_kernel("layer_norm_backward", dout, rows, dout, cupy.ascontiguousarray(gain),
-                cupy.ascontiguousarray(x_hat), cupy.ascontiguousarray(rstd), np.int32(rows),
-                np.int32(C), dx)
+                cupy.ascontiguousarray(x_hat), cupy.ascontiguousarray(rstd), rows,
+                C, dx)
     return dx
 
 
@@ -259,7 +260,7 @@ def masked_softmax_(scores: Any, mask: Any, scale: float) -> Any:
         t = scores.dtype.type
         _kernels().mask_and_scale(mask, t(scale), t(-float("inf")), scores)
     rows = _rows(scores)
-    _row_kernel("softmax_rows", scores, rows, scores, np.int32(rows), np.int32(scores.shape[-1]))
+    _row_kernel("softmax_rows", scores, rows, scores, rows, scores.shape[-1])
     return scores
 
 
@@ -276,7 +277,7 @@ def cross_entropy_statistics(z: Any) -> tuple[Any, Any, Any]:
     z = cupy.ascontiguousarray(z)
     N, V = z.shape
     row_max, total, sum_z = (cupy.empty(N, dtype=z.dtype) for _ in range(3))
-    _row_kernel("logit_statistics", z, _rows(z), z, np.int32(N), np.int32(V), row_max, total,
+    _row_kernel("logit_statistics", z, _rows(z), z, N, V, row_max, total,
                 sum_z)
     return row_max, total, sum_z
 
