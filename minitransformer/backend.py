@@ -165,6 +165,8 @@ def device(name: str) -> Iterator[None]:
 
 def backend_of(x: Any) -> Backend:
     """The backend owning array ``x`` (the current one for Python scalars and lists)."""
+    if type(x) is numpy.ndarray:  # the common case first: called for every operation
+        return _backends["cpu"]
     for backend in list(_backends.values()):
         if isinstance(x, backend.array_types):
             return backend
@@ -182,6 +184,8 @@ def device_of(x: Any) -> str:
 
 def is_array(x: Any) -> bool:
     """Whether ``x`` is an array of some backend (NumPy scalars count, Python numbers do not)."""
+    if type(x) is numpy.ndarray:
+        return True
     return any(isinstance(x, b.array_types) for b in list(_backends.values()))
 
 
@@ -264,7 +268,8 @@ def as_dtype(dtype: Any) -> numpy.dtype:
 
 
 def is_floating(dtype: Any) -> bool:
-    return numpy.dtype(dtype).kind == "f"
+    kind = dtype.kind if isinstance(dtype, numpy.dtype) else numpy.dtype(dtype).kind
+    return kind == "f"
 
 
 # ----------------------------------------------------------------------------- random

@@ -52,20 +52,18 @@ class Function:
         self.released = True
 
     def __call__(self, *inputs: Any) -> Any:
-        tensors = _as_tensors(inputs)
-        float_dtypes = {t.dtype for t in tensors if t.dtype.kind == "f"}
-        if len(float_dtypes) > 1:  # a float64 input would leak float64 into a float32 step
-            names = " and ".join(sorted(str(d) for d in float_dtypes))
-            raise TypeError(f"{self.name}: inputs of dtypes {names} are mixed; cast one with "
-                            ".astype(...) so that all have the same float dtype.")
-        outputs = self.forward(*(t.data for t in tensors))
+        tensors = inputs if all(isinstance(x, Tensor) for x in inputs) else _as_tensors(inputs)
+        arrays = [t.data for t in tensors]
+        _check_float_dtypes(self, arrays)
+        outputs = self.forward(*arrays)
         single = not isinstance(outputs, tuple)
         outputs = tuple(map(backend.array_result, (outputs,) if single else outputs))
         record = is_grad_enabled() and any(t.requires_grad for t in tensors)
         if not record:
             self.saved = None  # nobody will call backward: let the cache go now
-            results = tuple(Tensor(y) for y in outputs)
-            return results[0] if single else results
+            if single:
+                return Tensor._wrap(outputs[0])
+            return tuple(Tensor._wrap(y) for y in outputs)
 
         self.needs_input_grad = tuple(t.requires_grad for t in tensors)
         self.next_edges = tuple(t.grad_edge() if t.requires_grad else None for t in tensors)
@@ -80,6 +78,21 @@ class Function:
 
     def __repr__(self) -> str:
         return f"<{self.name}{' (released)' if self.released else ''}>"
+
+
+def _check_float_dtypes(function: Function, arrays: list) -> None:
+    """Refuse inputs of two float dtypes: a float64 input would leak float64 into a float32
+    step."""
+    float_dtype = None
+    for array in arrays:
+        dtype = array.dtype
+        if dtype.kind == "f":
+            if float_dtype is None:
+                float_dtype = dtype
+            elif dtype != float_dtype:
+                names = " and ".join(sorted({str(float_dtype), str(dtype)}))
+                raise TypeError(f"{function.name}: inputs of dtypes {names} are mixed; cast one "
+                                "with .astype(...) so that all have the same float dtype.")
 
 
 def _as_tensors(inputs: tuple) -> list[Tensor]:

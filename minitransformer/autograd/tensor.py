@@ -35,6 +35,15 @@ class Tensor:
             self.requires_grad_(True)
 
     @classmethod
+    def _wrap(cls, data: Any) -> Tensor:
+        """A Tensor around ``data``, already known to be an array: ``Tensor(data)`` without
+        the checks (every operation's result goes through here)."""
+        out = cls.__new__(cls)
+        out.data, out.grad, out.name, out.creator = data, None, None, None
+        out.output_index, out.retains_grad, out.requires_grad = 0, False, False
+        return out
+
+    @classmethod
     def _from_function(cls, data: Any, creator: Any, index: int) -> Tensor:
         out = cls(data)
         out.requires_grad = True
