@@ -99,6 +99,11 @@ class Split(Function):
 
     def forward(self, a):
         xp = backend.get_array_module(a)
+        n, axis = self.indices_or_sections, self.axis
+        if isinstance(n, int) and n > 0 and -a.ndim <= axis < a.ndim and a.shape[axis] % n == 0:
+            # equal sections as plain slices: what xp.split returns, without its Python loop
+            width, before = a.shape[axis] // n, (slice(None),) * (axis % a.ndim)
+            return tuple(a[before + (slice(i * width, (i + 1) * width),)] for i in range(n))
         try:
             return tuple(xp.split(a, self.indices_or_sections, axis=self.axis))
         except (ValueError, IndexError) as exc:

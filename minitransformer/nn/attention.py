@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import backend
 from .. import functional as F
+from ..autograd.grad_mode import is_grad_enabled
 from ..autograd.tensor import Tensor
 from .layers import Linear
 from .module import Module
@@ -26,12 +27,16 @@ class KVCache:
     """The projected keys and values one attention layer has already computed.
 
     Self-attention appends the new positions' keys and values at every decoding step; cross-
-    attention computes the encoder memory's keys and values once and reuses them.
+    attention computes the encoder memory's keys and values once and reuses them. A cache
+    belongs to one decoding, during which the weights do not change: without gradients it also
+    keeps the stacked projection weights (``MultiHeadAttention._project``), so that the steps
+    do not stack them again.
     """
 
     def __init__(self) -> None:
         self.k: Any = None  # (B, H, S, D) Tensor
         self.v: Any = None
+        self.stacked: Any = None  # (weight (n·C, C), bias (n·C,)) Tensors, or None
 
     def reorder(self, index: Any) -> None:
         """Keep batch rows ``index`` (beam search reorders hypotheses every step)."""
@@ -60,12 +65,18 @@ class MultiHeadAttention(Module):
         x = x.reshape(B, L, self.n_heads, self.d_head)               # (B, L, H, D)
         return x.transpose(0, 2, 1, 3)                               # (B, H, L, D)
 
-    def _project(self, x: Any, *layers: Linear) -> list[Any]:
+    def _project(self, x: Any, *layers: Linear, cache: KVCache | None = None) -> list[Any]:
         """x (B, L, C) through several projections at once: their weights stacked into one
         (n·C, C) matrix make one matmul instead of n, whose output is split and into heads.
-        Gradients flow back through the stacking to each layer's own weight and bias."""
-        weight = F.concat([layer.weight for layer in layers], axis=0)  # (n·C, C)
-        bias = F.concat([layer.bias for layer in layers], axis=0)      # (n·C,)
+        Gradients flow back through the stacking to each layer's own weight and bias. While
+        decoding without gradients, ``cache`` keeps the stacked weights for the next steps."""
+        if cache is not None and cache.stacked is not None:
+            weight, bias = cache.stacked
+        else:
+            weight = F.concat([layer.weight for layer in layers], axis=0)  # (n·C, C)
+            bias = F.concat([layer.bias for layer in layers], axis=0)      # (n·C,)
+            if cache is not None and not is_grad_enabled():
+                cache.stacked = weight, bias
         projected = F.linear(x, weight, bias)                          # (B, L, n·C)
         return [self._split_heads(part) for part in F.split(projected, len(layers), axis=-1)]
 
@@ -90,7 +101,7 @@ class MultiHeadAttention(Module):
                 return self._shared_kv_attention(q, k, v, mask, return_weights)
         else:
             if key is query and value is query:  # self-attention: Q, K, V in one matmul
-                q, k, v = self._project(query, self.w_q, self.w_k, self.w_v)
+                q, k, v = self._project(query, self.w_q, self.w_k, self.w_v, cache=cache)
             else:
                 q = self._split_heads(self.w_q(query))
                 if value is key:                 # cross-attention: K and V in one matmul

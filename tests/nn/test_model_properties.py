@@ -229,6 +229,32 @@ def test_cached_cross_attention_rows_can_serve_several_query_rows(device, mask_r
         attn(query[:5], memory, memory, None, cache=shared, static_kv=True)
 
 
+def test_self_attention_cache_keeps_stacked_weights_only_without_gradients(device):
+    """While decoding without gradients a cache keeps the stacked Q/K/V projection of its
+    first step for the next steps (the same numbers as stacking them again); with gradients
+    it keeps none, so every step's graph reaches the layers' own weights."""
+    mt.manual_seed(0)
+    attn = MultiHeadAttention(16, 4)
+    x = mt.randn(2, 1, 16)
+    cache = mt.nn.attention.KVCache()
+    with mt.no_grad():
+        attn(x, x, x, cache=cache)
+        weight, bias = cache.stacked
+        second = attn(x, x, x, cache=cache)
+    assert weight.shape == (48, 16) and bias.shape == (48,)
+    expected = np.concatenate([host(layer.weight) for layer in (attn.w_q, attn.w_k, attn.w_v)])
+    assert_array_equal(host(weight), expected)
+    fresh = mt.nn.attention.KVCache()
+    fresh.k, fresh.v = cache.k[:, :, :1], cache.v[:, :, :1]  # one position, no stacked weights
+    with mt.no_grad():
+        assert_allclose(host(attn(x, x, x, cache=fresh)), host(second), atol=ATOL, rtol=0)
+    with_grad = mt.nn.attention.KVCache()
+    attn(x, x, x, cache=with_grad)
+    assert with_grad.stacked is None
+    attn(x, x, x, cache=with_grad).sum().backward()
+    assert attn.w_q.weight.grad is not None and attn.w_v.bias.grad is not None
+
+
 # ----------------------------------------------------------------------------- attention
 
 def test_attention_weights_are_distributions_with_zero_on_masked_keys(device):
