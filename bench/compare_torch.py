@@ -541,7 +541,7 @@ def machine_info(args) -> dict:
 
 def pin_threads(threads: int, argv: list[str]) -> None:
     """NumPy's OpenBLAS reads its thread count once, when it loads: unless the environment
-    already says ``threads``, run this script again with it set (torch gets it too). Also
+    already says ``threads``, run the script again with it set (torch gets it too). Also
     OPENBLAS_THREAD_TIMEOUT=4, which minitransformer sets when it is imported before NumPy
     (backend.py) and this script, importing NumPy first, must set itself."""
     wanted = {**dict.fromkeys(THREAD_VARIABLES, str(threads)),
@@ -551,7 +551,8 @@ def pin_threads(threads: int, argv: list[str]) -> None:
     print(f"running again with {'='.join(THREAD_VARIABLES)}={threads}, "
           f"OPENBLAS_THREAD_TIMEOUT={wanted['OPENBLAS_THREAD_TIMEOUT']}", flush=True)
     env = {**os.environ, **wanted}
-    os.execve(sys.executable, [sys.executable, str(Path(__file__).resolve()), *argv], env)
+    script = Path(sys.argv[0]).resolve()  # this script, or another bench script using this
+    os.execve(sys.executable, [sys.executable, str(script), *argv], env)
 
 
 PARTS = ("training", "memory", "decoding")  # what --only can pick; parity always runs
