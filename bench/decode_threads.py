@@ -1,6 +1,6 @@
-"""Beam search on one core and on two, beside PyTorch, and what a handoff of the GIL costs.
+"""Beam search on one core and on two, beside PyTorch, and what the GIL costs the second core.
 
-    python bench/decode_threads.py                 # about two minutes on 2 cores
+    python bench/decode_threads.py                 # about three minutes on 2 cores
 
 Decoding a batch on two cores, minitransformer runs one share of the sentences per core on
 Python threads (decode.py ``_on_cores``); PyTorch runs every operation on its own two OpenMP
@@ -10,12 +10,16 @@ speed of the decoder itself (one core) from what each way of using the second co
 1. Beam-4 decoding with the key/value cache of the first --sentences of test_2016_flickr
    (the trained model of --checkpoint, as compare_torch.py; a random small model when there
    is none), batches of --decode-batch: on one core (minitransformer with one worker and
-   single-threaded BLAS, torch.set_num_threads(1)) and on two (as compare_torch.py).
+   single-threaded BLAS, torch.set_num_threads(1)) and on two (as compare_torch.py). Also
+   minitransformer's two shares in two processes instead of two threads (each decodes the
+   sentences its thread would, single-threaded; both start together, and the pair's time is
+   the slower one's): the same work without a shared GIL.
 2. The GIL: a loop of float32 products (M, 64) @ (64, 64) with a few Python statements
-   between them, once on one thread and then twice at once on two threads. NumPy releases
-   the GIL inside the product; when it returns, the thread must take the GIL back from the
-   other, which sleeps or runs Python, so each call can wait for a wake-up. The speed-up of
-   two threads over one (2 at best) shows what that costs per call at each size.
+   between them, on one thread, then twice at once on two threads, and on two processes.
+   NumPy releases the GIL inside the product; when it returns, the thread must take the GIL
+   back, waiting while the other thread holds it and for the wake-up after. The speed-up over
+   one thread (2 at best) shows what that costs per call at each size; the processes show
+   what the two cores give without a GIL.
 
 Writes JSON (--output, default bench/results/decode_threads.json) and prints Markdown tables.
 Sets module globals of minitransformer (``WORKERS``) for the one-core runs: a benchmark's
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -88,16 +93,54 @@ def time_decoding(args) -> list[dict]:
                 with one_core(cores == 1):
                     seconds, _ = decode_all(impl, models[impl], batches, "beam", True, args)
                 runs[impl].append(seconds)
+            if cores == 2:
+                runs.setdefault("minitransformer_processes", []).append(
+                    on_processes(["--_decode-share"], args))
         case = {"cores": cores, "sentences": n, "runs_s": runs,
                 "seconds": {impl: statistics.median(r) for impl, r in runs.items()}}
         case["ratio"] = case["seconds"]["torch"] / case["seconds"]["minitransformer"]
         cases.append(case)
         print(f"  {cores} core(s): minitransformer {case['seconds']['minitransformer']:.2f} s, "
               f"torch {case['seconds']['torch']:.2f} s, ratio {case['ratio']:.2f}", flush=True)
+    one, two = cases
     for impl in models:
-        one, two = (c["seconds"][impl] for c in cases)
-        print(f"  {impl}: two cores {one / two:.2f}x one core", flush=True)
+        print(f"  {impl}: two cores {one['seconds'][impl] / two['seconds'][impl]:.2f}x one "
+              "core", flush=True)
+    processes = two["seconds"]["minitransformer_processes"]
+    print(f"  minitransformer's shares on two processes: {processes:.2f} s, "
+          f"{one['seconds']['minitransformer'] / processes:.2f}x one core", flush=True)
     return cases
+
+
+def decode_share(args) -> float:
+    """In a child process: beam-4 search of share ``args.share`` of every batch (the sentences
+    ``_on_cores`` gives that share's thread), on one core; seconds from the parent's "go"."""
+    ours, batches, _ = decoding_inputs(args)
+    shares = [batch[args.share::2] for batch in batches]
+    with one_core(True):
+        decode_all("minitransformer", ours, [shares[0][:4]], "beam", True, args, max_len=3)
+        print("ready", flush=True)
+        sys.stdin.readline()
+        seconds, _ = decode_all("minitransformer", ours, shares, "beam", True, args)
+    return seconds
+
+
+def on_processes(child_args: list[str], args) -> float:
+    """Run this script with ``child_args`` in two processes (``--share 0`` and ``1``), start
+    both at once when both are ready, and return the slower one's printed seconds."""
+    command = [sys.executable, str(Path(__file__).resolve()), *child_args,
+               "--data", args.data, "--checkpoint", args.checkpoint,
+               "--sentences", str(args.sentences), "--decode-batch", str(args.decode_batch)]
+    children = [subprocess.Popen([*command, "--share", str(share)], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True) for share in (0, 1)]
+    for child in children:
+        if child.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"a child process of {command} did not start")
+    for child in children:
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    seconds = [float(child.communicate()[0].split()[-1]) for child in children]
+    return max(seconds)
 
 
 def products(rows: int, calls: int) -> None:
@@ -112,12 +155,13 @@ def products(rows: int, calls: int) -> None:
 
 
 def time_handoffs(args) -> list[dict]:
-    print("GIL handoffs: (M, 64) @ (64, 64) products, one thread, then two at once", flush=True)
+    print("GIL handoffs: (M, 64) @ (64, 64) products on one thread, two threads, two processes",
+          flush=True)
     cases = []
     with threadpool_limits(1):
         for rows in (16, 64, 256, 1024):
             calls = int(2e9 // (rows * 64 * 64 * 2))
-            single, double = [], []
+            single, double, processes = [], [], []
             for _ in range(args.repeats):
                 start = time.perf_counter()
                 products(rows, calls)
@@ -129,29 +173,51 @@ def time_handoffs(args) -> list[dict]:
                 for thread in threads:
                     thread.join()
                 double.append(time.perf_counter() - start)
+                processes.append(on_processes(["--_products", str(rows)], args))
             one, two = statistics.median(single), statistics.median(double)
+            apart = statistics.median(processes)
             case = {"rows": rows, "calls": calls, "one_thread_us_per_call": one / calls * 1e6,
                     "two_threads_us_per_call_each": two / calls * 1e6,
-                    "speedup": 2 * one / two}
+                    "two_processes_us_per_call_each": apart / calls * 1e6,
+                    "speedup_threads": 2 * one / two, "speedup_processes": 2 * one / apart}
             cases.append(case)
             print(f"  M={rows}: {case['one_thread_us_per_call']:.1f} us a call on one thread, "
-                  f"{case['two_threads_us_per_call_each']:.1f} us on each of two: "
-                  f"speed-up {case['speedup']:.2f}", flush=True)
+                  f"{case['two_threads_us_per_call_each']:.1f} us on each of two threads "
+                  f"(speed-up {case['speedup_threads']:.2f}), "
+                  f"{case['two_processes_us_per_call_each']:.1f} us on each of two processes "
+                  f"({case['speedup_processes']:.2f})", flush=True)
     return cases
 
 
+def product_loop(rows: int) -> float:
+    """In a child process: the loop of ``time_handoffs`` alone; seconds from the "go"."""
+    calls = int(2e9 // (rows * 64 * 64 * 2))
+    with threadpool_limits(1):
+        products(rows, 10)
+        print("ready", flush=True)
+        sys.stdin.readline()
+        start = time.perf_counter()
+        products(rows, calls)
+        return time.perf_counter() - start
+
+
 def markdown(results: dict) -> str:
-    lines = ["| cores | minitransformer s | torch s | ratio (torch s / minitransformer s) |",
-             "|---|---:|---:|---:|"]
+    lines = ["| cores | minitransformer s (threads) | minitransformer s (processes) | torch s | "
+             "ratio torch s / minitransformer s (threads) |", "|---|---:|---:|---:|---:|"]
     for case in results["decoding"]:
         s = case["seconds"]
-        lines.append(f"| {case['cores']} | {s['minitransformer']:.2f} | {s['torch']:.2f} | "
+        apart = s.get("minitransformer_processes")
+        lines.append(f"| {case['cores']} | {s['minitransformer']:.2f} | "
+                     f"{'' if apart is None else f'{apart:.2f}'} | {s['torch']:.2f} | "
                      f"{case['ratio']:.2f} |")
-    lines += ["", "| M | µs a call, one thread | µs a call, each of two threads | speed-up |",
-              "|---:|---:|---:|---:|"]
+    lines += ["", "| M | µs a call, one thread | each of two threads | speed-up | "
+              "each of two processes | speed-up |", "|---:|---:|---:|---:|---:|---:|"]
     for case in results["gil"]:
         lines.append(f"| {case['rows']} | {case['one_thread_us_per_call']:.1f} | "
-                     f"{case['two_threads_us_per_call_each']:.1f} | {case['speedup']:.2f} |")
+                     f"{case['two_threads_us_per_call_each']:.1f} | "
+                     f"{case['speedup_threads']:.2f} | "
+                     f"{case['two_processes_us_per_call_each']:.1f} | "
+                     f"{case['speedup_processes']:.2f} |")
     return "\n".join(lines)
 
 
@@ -164,10 +230,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=str(SHARED), help="the Multi30k folder")
     parser.add_argument("--checkpoint", default=str(CHECKPOINT))
     parser.add_argument("--output", default=str(HERE / "results" / "decode_threads.json"))
+    parser.add_argument("--_decode-share", dest="decode_share", action="store_true",
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--_products", dest="products", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--share", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.threads, args.device, args.beam, args.alpha = 2, "cpu", 4, 0.6
     args.vocab_size = 8000
     pin_threads(args.threads, argv)
+    if args.decode_share:
+        print(f"{decode_share(args):.4f}")
+        return 0
+    if args.products:
+        print(f"{product_loop(args.products):.4f}")
+        return 0
     results = {"machine": machine_info(args), "decoding": time_decoding(args),
                "gil": time_handoffs(args)}
     Path(args.output).write_text(json.dumps(results, indent=1) + "\n")

@@ -61,9 +61,9 @@ class Function:
         record = is_grad_enabled() and any(t.requires_grad for t in tensors)
         if not record:
             self.saved = None  # nobody will call backward: let the cache go now
-            if single:
-                return Tensor._wrap(outputs[0])
-            return tuple(Tensor._wrap(y) for y in outputs)
+            results = tuple(Tensor._wrap(y) if backend.is_array(y) else Tensor(y)
+                            for y in outputs)
+            return results[0] if single else results
 
         self.needs_input_grad = tuple(t.requires_grad for t in tensors)
         self.next_edges = tuple(t.grad_edge() if t.requires_grad else None for t in tensors)
