@@ -29,6 +29,7 @@ switch, not an API.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -56,23 +57,21 @@ from minitransformer.functional import _blocks
 HERE = Path(__file__).resolve().parent
 
 
+@contextlib.contextmanager
 def one_core(enabled: bool):
     """A context in which both libraries use one core (or, disabled, their default two)."""
-    class Context:
-        def __enter__(self):
-            self.saved = (decode.WORKERS, _blocks.WORKERS, torch.get_num_threads())
-            if enabled:
-                decode.WORKERS = _blocks.WORKERS = 1
-                torch.set_num_threads(1)
-                self.blas = threadpool_limits(1)
-                self.blas.__enter__()
-
-        def __exit__(self, *exc):
-            if enabled:
-                self.blas.__exit__(*exc)
-            decode.WORKERS, _blocks.WORKERS, threads = self.saved
-            torch.set_num_threads(threads)
-    return Context()
+    saved = (decode.WORKERS, _blocks.WORKERS, torch.get_num_threads())
+    if not enabled:
+        yield
+        return
+    decode.WORKERS = _blocks.WORKERS = 1
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            yield
+    finally:
+        decode.WORKERS, _blocks.WORKERS, threads = saved
+        torch.set_num_threads(threads)
 
 
 def time_decoding(args) -> list[dict]:
