@@ -142,6 +142,11 @@ def on_processes(child_args: list[str], args) -> float:
     return max(seconds)
 
 
+def loop_calls(rows: int) -> int:
+    """Products in one loop of ``products``: about 2 GFLOP whatever the size."""
+    return int(2e9 // (rows * 64 * 64 * 2))
+
+
 def products(rows: int, calls: int) -> None:
     a = np.ones((rows, 64), np.float32)
     b = np.ones((64, 64), np.float32)
@@ -159,7 +164,7 @@ def time_handoffs(args) -> list[dict]:
     cases = []
     with threadpool_limits(1):
         for rows in (16, 64, 256, 1024):
-            calls = int(2e9 // (rows * 64 * 64 * 2))
+            calls = loop_calls(rows)
             single, double, processes = [], [], []
             for _ in range(args.repeats):
                 start = time.perf_counter()
@@ -190,7 +195,7 @@ def time_handoffs(args) -> list[dict]:
 
 def product_loop(rows: int) -> float:
     """In a child process: the loop of ``time_handoffs`` alone; seconds from the "go"."""
-    calls = int(2e9 // (rows * 64 * 64 * 2))
+    calls = loop_calls(rows)
     with threadpool_limits(1):
         products(rows, 10)
         print("ready", flush=True)
