@@ -34,6 +34,7 @@ from typing import Any
 
 from threadpoolctl import ThreadpoolController
 
+from ..autograd.grad_mode import is_grad_enabled, set_grad_enabled
 from . import _cuda
 
 BLOCK_BYTES = 512 * 1024          # a block of each array a kernel touches stays in cache
@@ -60,10 +61,14 @@ def _single_threaded_blas():
 
 
 def _as_worker_task(function: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``function`` as a task of the pool, run in the caller's grad mode (a thread's own)."""
+    grad_enabled = is_grad_enabled()
+
     def task(item: Any) -> Any:
         _thread.on_worker = True
         try:
-            return function(item)
+            with set_grad_enabled(grad_enabled):
+                return function(item)
         finally:
             _thread.on_worker = False
     return task

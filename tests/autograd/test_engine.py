@@ -85,6 +85,67 @@ def test_no_grad_records_nothing_and_saves_nothing():
     assert mt.is_grad_enabled()
 
 
+def test_no_grad_belongs_to_the_thread_that_entered_it():
+    import threading
+    entered, leave = threading.Event(), threading.Event()
+    seen = {}
+
+    def decode_elsewhere():
+        with mt.no_grad():
+            seen["inside"] = mt.is_grad_enabled()
+            entered.set()
+            leave.wait(10)
+
+    other = threading.Thread(target=decode_elsewhere)
+    other.start()
+    entered.wait(10)
+    x = leaf([1.0, 2.0])
+    y = (x * x).sum()        # recorded here while the other thread is under no_grad
+    leave.set()
+    other.join()
+    assert seen["inside"] is False
+    assert y.requires_grad and mt.is_grad_enabled()
+    y.backward()
+    np.testing.assert_allclose(x.grad, [2.0, 4.0])
+
+
+def test_overlapping_no_grad_blocks_on_two_threads_restore_each_their_mode():
+    import threading
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    after = {}
+
+    def first():
+        with mt.no_grad():
+            a_in.set()
+            b_in.wait(10)
+        a_out.set()
+        after["first"] = mt.is_grad_enabled()
+
+    def second():
+        a_in.wait(10)
+        with mt.no_grad():
+            b_in.set()
+            a_out.wait(10)   # leaves its block after the first thread left its own
+        after["second"] = mt.is_grad_enabled()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert after == {"first": True, "second": True}
+    assert mt.is_grad_enabled()
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_work_on_the_worker_threads_runs_in_the_callers_grad_mode(grad, monkeypatch):
+    from minitransformer.functional import _blocks
+    monkeypatch.setattr(_blocks, "WORKERS", 2)
+    with mt.autograd.set_grad_enabled(grad):
+        modes = _blocks.on_workers(lambda _: mt.is_grad_enabled(), [0, 1, 2, 3])
+    assert modes == [grad] * 4
+
+
 def test_detach_stops_the_gradient():
     x = leaf([1.0, 2.0])
     y = x.detach() * x      # only the second factor is differentiated
