@@ -88,9 +88,11 @@ class CrossEntropy(Function):
         loss_rows = (1.0 - self.eps) * (log_sum - (z_y - row_max))
         if self.eps:
             loss_rows += self.eps * (log_sum - (sum_z / V - row_max))  # (N_rows,)
-        # 4. L = Σ_real ℓ / N, with N = max(number of real tokens, 1): 0, not 0/0, if none
+        # 4. L = Σ_real ℓ / N, with N = max(number of real tokens, 1): 0, not 0/0, if none.
+        #    Ignored rows are left out by where, not by a factor 0: their ℓ may be inf or nan
+        #    (a logit of -inf that forbids the padding id), and inf · 0 = nan
         n_real = xp.maximum(real.sum(), 1).astype(logits.dtype)        # ()
-        loss = xp.asarray((loss_rows * real).sum() / n_real)            # ()
+        loss = xp.asarray(xp.where(real, loss_rows, 0).sum() / n_real)  # ()
         # backward needs p = e / Σe: keep e and the sums, not a normalised copy (the GPU
         # kernel recomputes e from z in its single pass)
         self.saved = (z if e is None else e, row_max, sum_e[:, None], t_safe, real, n_real)

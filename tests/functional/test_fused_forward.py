@@ -164,6 +164,19 @@ def test_cross_entropy_matches_a_loop(device, eps, ignore_index):
     np.testing.assert_allclose(loss.item(), ref, rtol=1e-5)
 
 
+def test_cross_entropy_ignored_rows_with_infinite_logits_count_for_nothing(device):
+    """A logit of -inf on the padding id (forbidding it) must not turn the loss into nan."""
+    logits, targets = normal(4, 5), np.array([2, 3, 0, 0])
+    logits[:, 0] = -np.inf
+    z = on(device, logits, grad=True)
+    loss = F.cross_entropy(z, targets, 0.0, ignore_index=0)
+    expected = cross_entropy_ref(logits[:2, 1:], targets[:2] - 1, 0.0)
+    np.testing.assert_allclose(loss.item(), expected, rtol=1e-6)
+    loss.backward()
+    dz = host(z.grad)
+    assert np.isfinite(dz).all() and not dz[2:].any()
+
+
 # ----------------------------------------------------------------------------- dtypes, devices
 
 def _ops():
