@@ -14,9 +14,12 @@ expected value of every entry is unchanged and evaluation needs no rescaling:
 In evaluation (or with p = 0) dropout is the identity.
 
 On the CPU, u is a 16-bit integer in [0, 65536) rather than a float: half the random bits of
-a float32 draw, and twice as fast, with keep = [u >= round(65536 p)]. An entry is then dropped
-with probability p rounded to a multiple of 1/65536 (0.1 becomes 0.100006); kept entries are
-still scaled by exactly 1 / (1 - p), so E[y] is x within 1e-5 of its size.
+a float32 draw, and twice as fast, with keep = [u >= n], n = round(65536 p). An entry is then
+dropped with probability p' = n / 65536, p rounded to a multiple of 1/65536 (0.1 becomes
+0.100006), and kept entries are scaled by 1 / (1 - p') = 65536 / (65536 - n), so that E[y] = x
+exactly, whatever p. (Scaled by 1 / (1 - p) instead, E[y] would drift from x as p nears 1:
+by 0.7% at p = 0.999, by half at p = 0.99999.) At least one level is kept: p above
+1 - 1/131072 drops with probability 1 - 1/65536.
 
 Dimensions: x any shape (typically (B, T, C)); keep has the shape of x.
 """
@@ -45,23 +48,24 @@ class Dropout(Function):
             u = generator.random(x.shape, dtype="float32")
             y, self.saved = _cuda.dropout_forward(x, u, self.p)
             return y
-        # 1. keep = [u >= p], u uniform in [0, 65536), p as a count of those levels
-        threshold = round(self.p * self.LEVELS)
+        # 1. keep = [u >= n], u uniform in [0, 65536), n = p as a count of those levels
+        threshold = min(round(self.p * self.LEVELS), self.LEVELS - 1)
+        self.scale = self.LEVELS / (self.LEVELS - threshold)           # 1 / (1 - p')
         u = generator.integers(0, self.LEVELS, size=x.shape, dtype=xp.uint16)
         keep, y = xp.empty(x.shape, dtype=bool), xp.empty_like(x)
 
         def apply(u, keep, x, y):  # on blocks of elements, on worker threads
             xp.greater_equal(u, threshold, out=keep)
-            # 2. y = x ∘ keep / (1 - p)
+            # 2. y = x ∘ keep / (1 - p')
             xp.multiply(x, keep, out=y)
-            y *= 1.0 / (1.0 - self.p)
+            y *= self.scale
         for_element_blocks(apply, (u, keep, x, y), xp)
         self.saved = keep
         return y
 
     def backward(self, dout):
         keep = self.saved
-        # fwd 2: y = x ∘ keep / (1 - p)  ->  dx = dout ∘ keep / (1 - p)
+        # fwd 2: y = x ∘ keep / (1 - p')  ->  dx = dout ∘ keep / (1 - p')
         xp = backend.get_array_module(dout)
         if _cuda.is_cupy(xp):
             return _cuda.dropout_backward(dout, keep, self.p)
@@ -69,7 +73,7 @@ class Dropout(Function):
 
         def apply(dout, keep, dx):  # on blocks of elements, on worker threads
             xp.multiply(dout, keep, out=dx)
-            dx *= 1.0 / (1.0 - self.p)
+            dx *= self.scale
         for_element_blocks(apply, (dout, keep, dx), xp)
         return dx
 
