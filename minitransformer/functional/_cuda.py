@@ -60,11 +60,18 @@ template <typename T> __device__ void layer_norm_forward(
     T sum = 0;
     for (int c = lane; c < C; c += 32) sum += x[at + c];
     const T mean = warp_sum(sum) / C;
+    // x - mean keeps the rounding of mean: take its own mean out too (see normalization.py)
+    T shift = 0;
+    for (int c = lane; c < C; c += 32) shift += x[at + c] - mean;
+    shift = warp_sum(shift) / C;
     T squares = 0;
-    for (int c = lane; c < C; c += 32) { const T d = x[at + c] - mean; squares += d * d; }
+    for (int c = lane; c < C; c += 32) {
+        const T d = (x[at + c] - mean) - shift;
+        squares += d * d;
+    }
     const T r = (T)1 / sqrt(warp_sum(squares) / C + eps);
     for (int c = lane; c < C; c += 32) {
-        const T h = (x[at + c] - mean) * r;
+        const T h = ((x[at + c] - mean) - shift) * r;
         x_hat[at + c] = h;
         y[at + c] = h * gain[c] + bias[c];
     }

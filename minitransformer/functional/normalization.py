@@ -54,8 +54,13 @@ class LayerNorm(Function):
         def normalize(rows):
             # 1. μ = mean(x) over the features
             mean = sum_last(x2[rows])[:, None] / C                      # (n, 1)
-            # 2. σ² = mean((x - μ)²), rstd = 1 / √(σ² + eps)
             centred = xp.subtract(x2[rows], mean, out=x_hat[rows])      # (n, C) = x - μ
+            # μ is off by the rounding of its sum: x - μ then has a mean of up to an ulp of
+            # |x| (1e-4 for x near 1000 in float32), which a row of variance far below eps
+            # would blow up to x̂ ~ 0.5 where it should be 0. Take that mean out as well: a
+            # constant row then gives exactly x̂ = 0 (as PyTorch's), the others lose nothing
+            centred -= sum_last(centred)[:, None] / C                   # (n, C)
+            # 2. σ² = mean((x - μ)²), rstd = 1 / √(σ² + eps)
             squares = xp.multiply(centred, centred, out=y[rows])        # (n, C) = (x - μ)²
             rstd[rows] = 1.0 / xp.sqrt(sum_last(squares)[:, None] / C + self.eps)
             # 3. x̂ = (x - μ) · rstd
