@@ -58,7 +58,9 @@ def run_backward(roots: Sequence[Any], grads: Sequence[Any], retain_graph: bool 
                     f"and dtype {dinput.dtype} for input {i}, which has shape {tuple(shape)} "
                     f"and dtype {dtype}; gradients must match their inputs."
                 )
-            _send(edge, dinput, pending)
+            # NumPy gives a 0-d result as a scalar (numpy.float64): make it an array, which
+            # the leaf's .grad must be for updates in place (clip_grad_norm's g *= scale)
+            _send(edge, backend.array_result(dinput), pending)
         if not retain_graph:
             node.release()
 
