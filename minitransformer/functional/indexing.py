@@ -63,6 +63,7 @@ class Concat(Function):
             raise ValueError(f"concat along axis {self.axis}: shapes {shapes} must agree on "
                              "every other axis.")
         self.sizes = [a.shape[self.axis] for a in arrays]
+        arrays = match_float_dtypes("concat", *arrays)  # float32 with integers stays float32
         return backend.get_array_module(arrays[0]).concatenate(arrays, axis=self.axis)
 
     def backward(self, dout):
@@ -83,6 +84,7 @@ class Stack(Function):
         if not -(arrays[0].ndim + 1) <= self.axis <= arrays[0].ndim:
             raise ValueError(f"stack: axis {self.axis} is out of range for stacking tensors "
                              f"of shape {tuple(arrays[0].shape)}.")
+        arrays = match_float_dtypes("stack", *arrays)   # float32 with integers stays float32
         return backend.get_array_module(arrays[0]).stack(arrays, axis=self.axis)
 
     def backward(self, dout):
