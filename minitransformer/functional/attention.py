@@ -57,7 +57,8 @@ class ScaledDotProductAttention(Function):
         scale = 1.0 / math.sqrt(D)
         if _cuda.is_cupy(xp):  # steps 2-5 in two kernels
             P = xp.matmul(q, xp.swapaxes(k, -1, -2))                    # (..., T, S)
-            P = _cuda.masked_softmax_(P, mask, scale)
+            if P.shape[-1]:  # with no key (S = 0) there are no weights to normalize
+                P = _cuda.masked_softmax_(P, mask, scale)
             out = xp.matmul(P, v)                                       # (..., T, Dv)
         else:  # all steps on one block of the leading axis at a time, while it is in cache
             P = xp.empty(q.shape[:-1] + (k.shape[-2],), dtype=q.dtype)  # (..., T, S)
@@ -143,6 +144,8 @@ def _block_of(mask, rows, ndim):
 
 def _masked_softmax_(xp, P, mask, scale):
     """Steps 1-5 of forward on the raw products P = Q Kᵀ (..., T, S), in place."""
+    if P.shape[-1] == 0:  # no key at all (S = 0): no weights, and the output is 0
+        return P
     # 1. S = Q Kᵀ / √D
     P *= scale
     # 2. S = -∞ where the mask forbids the connection
