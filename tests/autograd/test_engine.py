@@ -231,3 +231,15 @@ def test_float32_graph_gives_float32_gradients():
     loss.backward()
     assert loss.dtype == np.float32
     assert x.grad.dtype == np.float32 and w.grad.dtype == np.float32
+
+
+def test_a_0d_leaf_gets_an_array_gradient_that_clipping_can_scale():
+    from minitransformer.nn import Parameter
+    from minitransformer.optim import clip_grad_norm
+    w = Parameter(np.array(3.0))                  # 0-d: NumPy's products of it are scalars
+    v = Parameter(np.array([1.0]))
+    (w * 10.0 * v).sum().backward()               # dw = 10, dv = 30
+    assert isinstance(w.grad, np.ndarray) and w.grad.shape == ()
+    clip_grad_norm([w, v], 1.0)
+    norm = np.sqrt(10.0**2 + 30.0**2)
+    np.testing.assert_allclose([w.grad, v.grad[0]], [10.0 / norm, 30.0 / norm], rtol=1e-6)

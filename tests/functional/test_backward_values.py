@@ -254,3 +254,15 @@ def test_mixed_float_dtypes_are_refused_or_keep_each_gradient_in_its_dtype(devic
     y.sum().backward()
     assert grad(a).dtype == np.float32
     assert grad(b).dtype == np.float64
+
+
+@pytest.mark.parametrize("op", ["concat", "stack"])
+def test_joining_float32_with_integers_stays_float32(device, op):
+    x = leaf([1.0, 2.0, 3.0], "float32")
+    ids = mt.tensor(np.array([4, 5, 6]), device=device)
+    y = getattr(F, op)([x, ids])
+    assert y.dtype == np.float32
+    np.testing.assert_array_equal(mt.to_numpy(y.data).reshape(-1), [1, 2, 3, 4, 5, 6])
+    (y * const(np.arange(6.0).reshape(y.shape), "float32")).sum().backward()
+    assert grad(x).dtype == np.float32
+    np.testing.assert_array_equal(grad(x), [0.0, 1.0, 2.0])

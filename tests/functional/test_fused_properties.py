@@ -10,6 +10,7 @@ from hypothesis.extra import numpy as hnp
 
 import minitransformer as mt
 from minitransformer import functional as F
+from minitransformer.functional.dropout import Dropout
 
 # The device fixture only switches the current device, so reusing it across examples is safe.
 SETTINGS = settings(max_examples=25, deadline=None,
@@ -95,6 +96,20 @@ def test_a_fully_masked_row_in_float32_gives_zeros_without_nan(device):
     assert all(np.isfinite(host(t.grad)).all() for t in (q, k, v))
 
 
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_attention_over_no_keys_gives_zeros_and_zero_gradients(device, with_mask):
+    """S = 0: every query sees nothing, like a fully masked row."""
+    q = on(device, RNG.standard_normal((2, 3, 4)), grad=True)
+    k = on(device, np.zeros((2, 0, 4)), grad=True)
+    v = on(device, np.zeros((2, 0, 5)), grad=True)
+    mask = np.ones((3, 0), dtype=bool) if with_mask else None
+    out = F.scaled_dot_product_attention(q, k, v, mask)
+    assert out.shape == (2, 3, 5) and not host(out).any()
+    out.backward(on(device, RNG.standard_normal(out.shape)))
+    assert host(q.grad).shape == (2, 3, 4) and not host(q.grad).any()
+    assert host(k.grad).shape == (2, 0, 4) and host(v.grad).shape == (2, 0, 5)
+
+
 def test_an_all_true_mask_is_the_same_as_no_mask(device):
     q, k, v = (on(device, a) for a in qkv())
     full = F.scaled_dot_product_attention(q, k, v, np.ones((4, 5), dtype=bool))
@@ -130,6 +145,17 @@ def test_layer_norm_rows_have_zero_mean_and_unit_variance(device, x):
     np.testing.assert_allclose(y.var(axis=-1), 1.0, rtol=1e-6)
 
 
+@pytest.mark.parametrize("value", [0.1, 3.3, 1000.1])
+def test_layer_norm_sends_a_constant_float32_row_to_the_bias(device, value):
+    """A row with no variance has x̂ = 0, whatever the rounding of its float32 mean."""
+    C = 512
+    x = on(device, np.full((3, C), value, dtype=np.float32))
+    bias = RNG.standard_normal(C).astype(np.float32)
+    y = host(F.layer_norm(x, on(device, np.ones(C, dtype=np.float32)), on(device, bias),
+                          eps=1e-6))
+    np.testing.assert_allclose(y, np.broadcast_to(bias, y.shape), atol=1e-6)
+
+
 # ----------------------------------------------------------------------------- dropout
 
 def test_dropout_in_evaluation_or_with_p_0_is_the_identity(device):
@@ -138,13 +164,38 @@ def test_dropout_in_evaluation_or_with_p_0_is_the_identity(device):
     assert F.dropout(x, 0.0) is x
 
 
+def kept_scale(device, p):
+    """1 / (1 - p'), p' the probability the device really drops with: on the CPU p rounded
+    to a multiple of 1/65536 (its uniform draws are 16-bit integers), on CuPy p itself."""
+    if device == "cuda":
+        return 1 / (1 - p)
+    levels = Dropout.LEVELS
+    return levels / (levels - min(round(p * levels), levels - 1))
+
+
 @pytest.mark.parametrize("p", [0.1, 0.5])
 def test_dropout_zeroes_about_p_and_scales_the_rest(device, p):
     x = on(device, RNG.uniform(1, 2, size=(200, 100)))
     y = host(F.dropout(x, p))
     dropped = y == 0
     assert abs(dropped.mean() - p) < 0.02
-    np.testing.assert_allclose(y[~dropped], host(x)[~dropped] / (1 - p), rtol=1e-12)
+    np.testing.assert_allclose(y[~dropped], host(x)[~dropped] * kept_scale(device, p),
+                               rtol=1e-12)
+    assert abs(kept_scale(device, p) * (1 - p) - 1) < 1e-4
+
+
+@pytest.mark.parametrize("p", [0.999, 0.99999])
+def test_dropout_keeps_the_expected_value_even_for_p_near_1(device, p):
+    """E[y] = x: the kept share times the scale is 1, however coarse the CPU's draws are
+    near p = 1 (the scale is that of the probability really used, not of p)."""
+    mt.manual_seed(0)
+    n = 2_000_000
+    y = host(F.dropout(on(device, np.ones(n)), p))
+    kept = np.count_nonzero(y)
+    assert kept > 0
+    np.testing.assert_allclose(np.unique(y[y != 0]), [kept_scale(device, p)])
+    expected_kept = n / kept_scale(device, p)
+    assert abs(kept - expected_kept) < 5 * np.sqrt(expected_kept)  # five binomial sigmas
 
 
 def test_dropout_keeps_a_nan_visible_even_where_it_drops_it(device):
@@ -164,7 +215,7 @@ def test_dropout_same_seed_same_mask_and_backward_uses_it(device):
     np.testing.assert_array_equal(host(y), first)
     y.backward(on(device, np.ones(y.shape)))
     keep = first != 0
-    np.testing.assert_array_equal(host(x.grad), keep / 0.7)
+    np.testing.assert_array_equal(host(x.grad), keep * kept_scale(device, 0.3))
     assert (host(F.dropout(on(device, data), 0.3)) != first).any()  # the stream moved on
 
 
