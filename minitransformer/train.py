@@ -59,9 +59,19 @@ class TrainConfig:
         if self.max_steps is None and self.max_epochs is None and self.time_budget is None:
             raise ValueError("give at least one of max_steps, max_epochs or time_budget, or "
                              "training would never stop.")
-        for name in ("max_tokens", "accumulate", "warmup_steps", "eval_every"):
-            if getattr(self, name) < 1:
+        for name in ("max_tokens", "accumulate", "warmup_steps", "eval_every", "keep_last",
+                     "max_steps", "max_epochs"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
+        # a scale or a clipping norm of 0 or below would stop training or turn it around
+        for name in ("lr_scale", "clip_norm", "time_budget"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be greater than 0, got {getattr(self, name)}.")
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"label_smoothing must satisfy 0 <= ε < 1, got "
+                             f"{self.label_smoothing}.")
+        if self.bleu_sentences < 0:
+            raise ValueError(f"bleu_sentences must be at least 0, got {self.bleu_sentences}.")
 
 
 @dataclass

@@ -91,6 +91,42 @@ def test_evaluate_prints_bleu_and_chrf_with_signatures(trained_run, capsys):
     assert 0 <= scores["bleu"] <= 100 and scores["beam"] == 4
 
 
+def test_a_second_run_into_a_run_folder_is_refused_without_resume(trained_run, capsys):
+    corpus, run = trained_run
+    before = {p.name: p.stat().st_mtime_ns for p in (run / "checkpoints").iterdir()}
+    status = cli.main(["train", "--data", str(corpus), "--src-lang", "xx", "--tgt-lang", "yy",
+                       "--out", str(run), *TRAIN_ARGS])
+    assert status == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert {p.name: p.stat().st_mtime_ns for p in (run / "checkpoints").iterdir()} == before
+
+
+def test_a_refused_resume_leaves_the_run_as_it_was(trained_run, capsys):
+    corpus, run = trained_run
+    settings = (run / "run.json").read_text()
+    status = cli.main(["train", "--data", str(corpus), "--src-lang", "xx", "--tgt-lang", "yy",
+                       "--out", str(run), "--resume", "--pre-norm", *TRAIN_ARGS])
+    assert status == 2
+    assert "model configuration differs" in capsys.readouterr().err
+    assert (run / "run.json").read_text() == settings
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--lr-scale", "-1"], "argument --lr-scale: must be greater than 0"),
+    (["train", "--clip-norm", "0"], "argument --clip-norm: must be greater than 0"),
+    (["train", "--dropout", "1.5"], "argument --dropout: must satisfy 0 <= value < 1"),
+    (["train", "--max-steps", "0"], "argument --max-steps: must be a whole number of at least 1"),
+    (["train", "--time-budget", "nan"], "argument --time-budget: must be a finite number"),
+    (["translate", "--checkpoint", "x.npz", "--beam", "0", "hi"],
+     "argument --beam: must be a whole number of at least 1, got 0"),
+])
+def test_impossible_numbers_stop_the_command_while_parsing(argv, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_bad_input_is_explained(tmp_path, capsys):
     assert cli.main(["train", "--data", str(tmp_path / "missing"), "--no-progress"]) == 2
     assert "is not a folder" in capsys.readouterr().err
@@ -99,6 +135,9 @@ def test_bad_input_is_explained(tmp_path, capsys):
     assert "corrupted or not a minitransformer checkpoint" in capsys.readouterr().err
     assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "bad.npz")]) == 2
     assert "give --src and --ref, or --data" in capsys.readouterr().err
+    (tmp_path / "a_file").write_text("")
+    assert cli.main(["train", "--out", str(tmp_path / "a_file"), "--no-progress"]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
 
 
 def test_data_builtin_writes_a_corpus_that_train_reads(tmp_path, capsys):

@@ -97,6 +97,21 @@ def test_a_training_config_that_never_stops_is_refused():
         TrainConfig()
 
 
+@pytest.mark.parametrize("setting, message", [
+    ({"lr_scale": 0.0}, "lr_scale must be greater than 0"),
+    ({"lr_scale": -1.0}, "lr_scale must be greater than 0"),
+    ({"clip_norm": 0.0}, "clip_norm must be greater than 0"),
+    ({"time_budget": -60.0}, "time_budget must be greater than 0"),
+    ({"keep_last": 0}, "keep_last must be at least 1"),
+    ({"max_epochs": 0}, "max_epochs must be at least 1"),
+    ({"label_smoothing": 1.5}, "label_smoothing must satisfy"),
+    ({"bleu_sentences": -1}, "bleu_sentences must be at least 0"),
+])
+def test_a_training_config_that_would_train_wrongly_is_refused(setting, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**{"max_steps": 10, **setting})
+
+
 CHILD = textwrap.dedent("""
     import sys, time
     from train_task import make_trainer

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from .values import at_least, positive_float, probability
+
 # What "sensible defaults" means depends on the data: the built-in task is small and trains in
 # minutes; a real corpus (Multi30k) wants the `small` model and the paper's recipe.
 DEFAULTS = {
@@ -33,44 +35,45 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     data.add_argument("--tgt-lang", help="target language suffix (Multi30k: en)")
     data.add_argument("--vocab-size", type=int,
                       help="joint BPE vocabulary size (default 1000 built-in, 8000 folders)")
-    data.add_argument("--max-len", type=int, default=100,
+    data.add_argument("--max-len", type=at_least(1), default=100,
                       help="drop training pairs with more tokens than this on either side "
                            "(default 100)")
     model = p.add_argument_group("model")
     model.add_argument("--config", choices=["tiny", "small", "base", "big"],
                        help="model size (default tiny built-in, small folders)")
-    model.add_argument("--dropout", type=float, help="P_drop (default: the configuration's)")
+    model.add_argument("--dropout", type=probability, help="P_drop (default: the configuration's)")
     model.add_argument("--pre-norm", action="store_true", help="pre-LN instead of post-LN")
     opt = p.add_argument_group("optimisation")
-    opt.add_argument("--max-tokens", type=int, default=4000,
+    opt.add_argument("--max-tokens", type=at_least(1), default=4000,
                      help="padded tokens per batch (default 4000)")
-    opt.add_argument("--accumulate", type=int, default=1,
+    opt.add_argument("--accumulate", type=at_least(1), default=1,
                      help="batches per optimizer step, for larger effective batches "
                           "(default 1)")
-    opt.add_argument("--warmup", type=int, help="warmup steps of the schedule (default 400 "
+    opt.add_argument("--warmup", type=at_least(1), help="warmup steps of the schedule (default 400 "
                                                 "built-in, 4000 folders)")
-    opt.add_argument("--lr-scale", type=float, help="factor on the schedule (default 1.0)")
-    opt.add_argument("--label-smoothing", type=float, default=0.1, help="ε_ls (default 0.1)")
-    opt.add_argument("--clip-norm", type=float, help="clip gradients to this global norm "
+    opt.add_argument("--lr-scale", type=positive_float, help="factor on the schedule (default 1.0)")
+    opt.add_argument("--label-smoothing", type=probability, default=0.1, help="ε_ls (default 0.1)")
+    opt.add_argument("--clip-norm", type=positive_float, help="clip gradients to this global norm "
                                                      "(default: no clipping, as the paper)")
     stop = p.add_argument_group("when to stop (the first reached)")
-    stop.add_argument("--max-steps", type=int, help="optimizer steps (default 1200 built-in)")
-    stop.add_argument("--max-epochs", type=int, help="epochs (default 10 for folders)")
-    stop.add_argument("--time-budget", type=float, metavar="MINUTES",
+    stop.add_argument("--max-steps", type=at_least(1),
+                      help="optimizer steps (default 1200 built-in)")
+    stop.add_argument("--max-epochs", type=at_least(1), help="epochs (default 10 for folders)")
+    stop.add_argument("--time-budget", type=positive_float, metavar="MINUTES",
                       help="wall-clock minutes of training and validation")
     run = p.add_argument_group("run")
     run.add_argument("--out", help="run folder (default runs/<data>-<config>)")
     run.add_argument("--resume", action="store_true",
                      help="continue the run in --out from its last checkpoint")
-    run.add_argument("--eval-every", type=int,
+    run.add_argument("--eval-every", type=at_least(1),
                      help="steps between validation and checkpoints (default 300 built-in, "
                           "1000 folders)")
-    run.add_argument("--bleu-sentences", type=int, default=500,
+    run.add_argument("--bleu-sentences", type=at_least(0), default=500,
                      help="validation sentences translated for BLEU at each validation "
                           "(default 500; 0 for none)")
-    run.add_argument("--keep-last", type=int, default=5,
+    run.add_argument("--keep-last", type=at_least(1), default=5,
                      help="step checkpoints kept and averaged at the end (default 5)")
-    run.add_argument("--beam", type=int, default=4,
+    run.add_argument("--beam", type=at_least(1), default=4,
                      help="beam size of the final test translation (default 4)")
     run.add_argument("--seed", type=int, default=0, help="seed of everything (default 0)")
     run.add_argument("--device", choices=["cpu", "cuda"], help="default: cpu")
@@ -93,6 +96,16 @@ def run_train(args: argparse.Namespace) -> int:
     pick = lambda name: getattr(args, name) if getattr(args, name) is not None else (  # noqa: E731
         defaults.get(name))
     out = Path(args.out or Path("runs") / f"{Path(args.data).name}-{pick('config')}")
+    if out.exists() and not out.is_dir():
+        print(f"minitransformer train: --out {out} is a file, not a folder; choose another "
+              "--out.", file=sys.stderr)
+        return 2
+    earlier = [path for path in (out / "log.jsonl", out / "checkpoints") if path.exists()]
+    if earlier and not args.resume:  # a second run there would prune and average the first's
+        print(f"minitransformer train: {out} already holds a run ({earlier[0].name}); "
+              "continue it with --resume, or start afresh with another --out (or after "
+              "removing that folder).", file=sys.stderr)
+        return 2
     try:
         corpus = load_corpus(args.data, args.src_lang, args.tgt_lang, seed=args.seed)
         tokenizer = None
@@ -106,41 +119,45 @@ def run_train(args: argparse.Namespace) -> int:
             lr_scale=pick("lr_scale"), label_smoothing=args.label_smoothing,
             clip_norm=args.clip_norm, max_steps=pick("max_steps"),
             max_epochs=pick("max_epochs"),
-            time_budget=args.time_budget * 60 if args.time_budget else None,
+            time_budget=None if args.time_budget is None else args.time_budget * 60,
             eval_every=pick("eval_every"), bleu_sentences=args.bleu_sentences,
             keep_last=args.keep_last, seed=args.seed, progress=not args.no_progress)
+        overrides = {"pre_norm": args.pre_norm}
+        if args.dropout is not None:
+            overrides["p_dropout"] = args.dropout
+        manual_seed(args.seed)
+        config = TransformerConfig.named(pick("config"), tokenizer.vocab_size, **overrides)
+        model = Transformer(config)
+        trainer = Trainer(model, tokenizer, data, train_config, out)
+        if args.resume:  # before run.json is written: a refused resume changes nothing
+            trainer.resume()
     except (DataError, CheckpointError, ValueError) as exc:
         print(f"minitransformer train: {exc}", file=sys.stderr)
         return 2
-
-    overrides = {"pre_norm": args.pre_norm}
-    if args.dropout is not None:
-        overrides["p_dropout"] = args.dropout
-    manual_seed(args.seed)
-    config = TransformerConfig.named(pick("config"), tokenizer.vocab_size, **overrides)
-    model = Transformer(config)
     print(f"{corpus.name} {corpus.src_lang}->{corpus.tgt_lang}: {len(data.train):,} training "
           f"pairs ({n_dropped:,} longer than {args.max_len} tokens dropped), "
           f"{len(data.valid):,} validation, {len(corpus.test):,} test; vocabulary "
           f"{tokenizer.vocab_size:,}; model '{pick('config')}' with "
           f"{model.num_parameters():,} parameters; run folder {out}")
-    trainer = Trainer(model, tokenizer, data, train_config, out)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save(out / "tokenizer.model")
     (out / "run.json").write_text(json.dumps(
         {"args": {k: v for k, v in vars(args).items() if k != "run"},
          "model": config.to_dict(), "train": vars(train_config)}, indent=1) + "\n")
+    if args.resume:
+        print(f"resumed at step {trainer.state['step']}, epoch {trainer.state['epoch']}")
     try:
-        if args.resume:
-            trainer.resume()
-            print(f"resumed at step {trainer.state['step']}, epoch {trainer.state['epoch']}")
         trainer.fit()
     except TrainingError as exc:
         print(f"minitransformer train: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"\ninterrupted; the last checkpoint is in {out / 'checkpoints'}; continue with "
-              "the same command and --resume.", file=sys.stderr)
+        if (out / "checkpoints" / "last.npz").exists():
+            print(f"\ninterrupted; the last checkpoint is in {out / 'checkpoints'}; continue "
+                  "with the same command and --resume.", file=sys.stderr)
+        else:
+            print(f"\ninterrupted before the first checkpoint; nothing to resume: remove {out} "
+                  "and start again.", file=sys.stderr)
         return 130
     results = score_test_set(out / "checkpoints" / "final.npz", corpus.test, args.beam, out)
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")

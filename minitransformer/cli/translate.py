@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .values import at_least
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     t = commands.add_parser(
@@ -42,7 +44,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def _checkpoint_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True,
                    help="a checkpoint, e.g. runs/builtin-tiny/checkpoints/averaged.npz")
-    p.add_argument("--beam", type=int, default=4,
+    p.add_argument("--beam", type=at_least(1), default=4,
                    help="beam size; 1 for greedy decoding (default 4)")
     p.add_argument("--length-penalty", type=float, default=0.6,
                    help="α of the length penalty ((5 + length) / 6)^α (default 0.6)")

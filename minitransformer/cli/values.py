@@ -1,0 +1,48 @@
+"""Argument types that refuse impossible values while parsing, so that a bad number stops the
+command at once with argparse's one-line error (``argument --beam: must be a whole number of
+at least 1, got 0``) rather than hours later, deep inside training or decoding."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+
+def _number(text: str, kind: type) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """A whole number >= ``low``."""
+    def parse(text: str) -> int:
+        value = _number(text, int)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be a whole number of at least {low}, "
+                                             f"got {value}")
+        return value
+    return parse
+
+
+def positive_float(text: str) -> float:
+    """A number > 0."""
+    value = _number(text, float)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value:g}")
+    return value
+
+
+def probability(text: str) -> float:
+    """A number p with 0 <= p < 1 (a dropout rate, a label-smoothing ε)."""
+    value = _number(text, float)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must satisfy 0 <= value < 1, got {value:g}")
+    return value
+
