@@ -67,8 +67,10 @@ def _languages(folder: Path, src: str | None, tgt: str | None) -> tuple[str, str
         return src, tgt
     found = sorted({p.name.split(".")[1] for p in folder.glob("train.*")
                     if len(p.name.split(".")) >= 2})
-    if set(found) == {"de", "en"}:
-        return src or "de", tgt or ("en" if (src or "de") == "de" else "de")
+    if set(found) == {"de", "en"}:  # Multi30k: de -> en, unless one side says otherwise
+        if src:
+            return src, tgt or ("en" if src == "de" else "de")
+        return ("de" if tgt != "de" else "en"), tgt or "en"
     if len(found) == 2 and (src or tgt):
         other = [lang for lang in found if lang != (src or tgt)][0]
         return (src, other) if src else (other, tgt)

@@ -111,6 +111,19 @@ def test_a_refused_resume_leaves_the_run_as_it_was(trained_run, capsys):
     assert (run / "run.json").read_text() == settings
 
 
+def test_an_output_that_cannot_be_written_is_refused_before_translating(trained_run, capsys,
+                                                                         tmp_path):
+    _, run = trained_run
+    checkpoint = str(run / "checkpoints" / "final.npz")
+    missing = tmp_path / "no-such-folder" / "out.txt"
+    assert cli.main(["translate", "--checkpoint", checkpoint, "--output", str(missing),
+                     "ka lo"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert cli.main(["translate", "--checkpoint", checkpoint, "--output", str(tmp_path),
+                     "ka lo"]) == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["train", "--lr-scale", "-1"], "argument --lr-scale: must be greater than 0"),
     (["train", "--clip-norm", "0"], "argument --clip-norm: must be greater than 0"),

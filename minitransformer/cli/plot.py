@@ -55,13 +55,14 @@ def _matplotlib() -> None:
 def run_attention(args: argparse.Namespace) -> int:
     from .. import no_grad, viz
     from ..checkpoint import CheckpointError
+    from ..data.errors import DataError
     from ..translator import translate
     from .translate import load_translator
 
     _matplotlib()
     try:
         model, tokenizer = load_translator(args.checkpoint)
-    except CheckpointError as exc:
+    except (CheckpointError, DataError) as exc:
         print(f"minitransformer plot attention: {exc}", file=sys.stderr)
         return 2
     model.eval()

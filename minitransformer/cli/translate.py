@@ -77,6 +77,7 @@ def run_translate(args: argparse.Namespace) -> int:
             sentences = read_lines(args.input)
         else:
             sentences = [line.rstrip("\n") for line in sys.stdin]
+        _check_output(args.output)
     except (CheckpointError, DataError) as exc:
         print(f"minitransformer translate: {exc}", file=sys.stderr)
         return 2
@@ -105,6 +106,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             print("minitransformer evaluate: give --src and --ref, or --data.", file=sys.stderr)
             return 2
         model, tokenizer = load_translator(args.checkpoint)
+        _check_output(args.output)
     except (CheckpointError, DataError) as exc:
         print(f"minitransformer evaluate: {exc}", file=sys.stderr)
         return 2
@@ -115,6 +117,20 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(f"BLEU = {result['bleu']:.2f}  ({result['bleu_signature']})")
         print(f"chrF = {result['chrf']:.2f}  ({result['chrf_signature']})")
     return 0
+
+
+def _check_output(output: str | None) -> None:
+    """Refuse an --output the translations could not be written to, before translating."""
+    from ..data.errors import DataError
+
+    if output is None:
+        return
+    path = Path(output)
+    if path.is_dir():
+        raise DataError(f"--output {path} is a folder; give a file name for the translations.")
+    if not path.parent.is_dir():
+        raise DataError(f"--output {path}: the folder {path.parent} does not exist; create it "
+                        "or write elsewhere.")
 
 
 def score(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], beam: int,

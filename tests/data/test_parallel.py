@@ -141,3 +141,18 @@ def test_multi30k_splits(split, n):
     pairs = read_parallel(MULTI30K / f"{split}.de.gz", MULTI30K / f"{split}.en.gz")
     assert len(pairs) == n
     assert all(de.strip() and en.strip() for de, en in pairs)
+
+
+@pytest.mark.parametrize("src, tgt, direction", [
+    (None, None, ("de", "en")), ("de", None, ("de", "en")), ("en", None, ("en", "de")),
+    (None, "en", ("de", "en")), (None, "de", ("en", "de")),
+])
+def test_a_german_english_folder_reads_the_direction_from_either_side(tmp_path, src, tgt,
+                                                                       direction):
+    from minitransformer.corpus import load_corpus
+    for split in ("train", "valid", "test"):
+        for lang in ("de", "en"):
+            (tmp_path / f"{split}.{lang}").write_text(f"{lang} {split}\n", encoding="utf-8")
+    corpus = load_corpus(tmp_path, src, tgt)
+    assert (corpus.src_lang, corpus.tgt_lang) == direction
+    assert corpus.train[0] == (f"{direction[0]} train", f"{direction[1]} train")
