@@ -105,6 +105,27 @@ class Trainer:
         self.model.load_state_dict(checkpoint.model_state)
         self.optimizer.load_state_dict(checkpoint.optimizer_state)
         self.state.update(checkpoint.state["trainer"])
+        self._trim_log(self.state["step"])
+
+    def _trim_log(self, step: int) -> None:
+        """Drop the log's records of steps after ``step``: a run stopped after its last
+        checkpoint logged steps that the resumed run computes, and logs, again."""
+        path = self.run_dir / "log.jsonl"
+        if not path.is_file():
+            return
+        kept = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+                logged = record["validation"]["step"] if "validation" in record \
+                    else record.get("step", 0)
+            except (ValueError, TypeError, KeyError):
+                continue  # the half-written last line of a killed run
+            if logged <= step:
+                kept.append(line + "\n")
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary.write_text("".join(kept), encoding="utf-8")
+        os.replace(temporary, path)
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, Any]:

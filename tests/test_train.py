@@ -34,6 +34,23 @@ def test_a_resumed_run_repeats_the_uninterrupted_losses(tmp_path):
         assert split[step] == whole[step], f"step {step}: {split[step]} != {whole[step]}"
 
 
+def test_resuming_drops_the_log_records_of_steps_after_the_checkpoint(tmp_path):
+    """A run killed after its last checkpoint logged steps the resumed run logs again: the
+    resumed log must hold each step once, as the uninterrupted run's does."""
+    make_trainer(tmp_path / "whole", max_steps=8).fit()
+    make_trainer(tmp_path / "split", max_steps=5, eval_every=4).fit()  # checkpoint at step 4
+    log = tmp_path / "split" / "log.jsonl"
+    log.write_text(log.read_text() + '{"step": 6, "lo')   # the half line of a killed write
+    resumed = make_trainer(tmp_path / "split", max_steps=8, eval_every=4)
+    resumed.resume(tmp_path / "split" / "checkpoints" / "step-0000004.npz")
+    steps = [json.loads(line).get("step") for line in log.read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, None]                    # None: the validation at step 4
+    resumed.fit()
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["step"] for r in records if "loss" in r] == list(range(1, 9))
+    assert losses(tmp_path / "split") == losses(tmp_path / "whole")
+
+
 def test_a_run_leaves_best_last_averaged_and_the_last_step_checkpoints(tmp_path):
     summary = make_trainer(tmp_path, max_steps=8, keep_last=2).fit()
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
