@@ -85,8 +85,11 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        # NumPy's own text for a pickle suggests loading it unsafely: never pass that on
+        reason = "it holds pickled data, which is never loaded" if "pickle" in str(exc) \
+            else str(exc)
         raise CheckpointError(f"{path} is corrupted or not a minitransformer checkpoint "
-                              f"({exc}); use another checkpoint of the run, e.g. best.npz "
+                              f"({reason}); use another checkpoint of the run, e.g. best.npz "
                               "or an earlier step-*.npz.") from None
     if "meta.json" not in arrays:
         raise CheckpointError(f"{path} is an .npz file but not a minitransformer checkpoint "

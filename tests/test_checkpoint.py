@@ -76,8 +76,11 @@ def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
 def test_files_are_read_without_pickle(tmp_path):
     path = tmp_path / "evil.npz"
     np.savez(path, **{"meta.json": np.array([{"code": "runs"}], dtype=object)})
-    with pytest.raises(CheckpointError, match="corrupted or not a minitransformer checkpoint"):
+    with pytest.raises(CheckpointError, match="corrupted or not a minitransformer checkpoint") \
+            as refused:
         load_checkpoint(path)
+    assert "pickled data, which is never loaded" in str(refused.value)
+    assert "allow_pickle" not in str(refused.value)   # NumPy's advice to load it unsafely
 
 
 def test_missing_corrupted_and_foreign_files_give_clear_errors(tmp_path):

@@ -76,7 +76,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--beam", type=at_least(1), default=4,
                      help="beam size of the final test translation (default 4)")
     run.add_argument("--seed", type=int, default=0, help="seed of everything (default 0)")
-    run.add_argument("--device", choices=["cpu", "cuda"], help="default: cpu")
+    run.add_argument("--device", choices=["cpu", "cuda"],
+                     help="default: $MINITRANSFORMER_DEVICE, else cpu")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=run_train)
 

@@ -48,7 +48,8 @@ def _checkpoint_options(p: argparse.ArgumentParser) -> None:
                    help="beam size; 1 for greedy decoding (default 4)")
     p.add_argument("--length-penalty", type=float, default=0.6,
                    help="α of the length penalty ((5 + length) / 6)^α (default 0.6)")
-    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cpu")
+    p.add_argument("--device", choices=["cpu", "cuda"],
+                   help="default: $MINITRANSFORMER_DEVICE, else cpu")
 
 
 def load_translator(path: str | Path) -> tuple[Any, Any]:

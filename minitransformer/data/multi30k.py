@@ -141,9 +141,17 @@ def _download_one(name: str, url: str, final: Path, timeout: float, progress: bo
                 f"{final.parent}`; if it keeps failing, the server at {url} serves a different "
                 f"file: copy the Multi30k task-1 file by hand into {final.parent}."
             )
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's file is private; a download is not
         os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    """The process's file-creation mask (reading it means setting it: put it straight back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _fetch(url: str, out, dest: Path, name: str, timeout: float, progress: bool) -> None:

@@ -8,6 +8,7 @@ MULTI30K_FILES, so they run in milliseconds.
 import gzip
 import hashlib
 import http.server
+import os
 import re
 import shutil
 import socket
@@ -154,6 +155,10 @@ def test_unreachable_server_names_the_url(tmp_path):
 def test_second_call_skips_valid_files(server, synthetic, tmp_path):
     dest = tmp_path / "dest"
     download(server, dest)
+    mask = os.umask(0)
+    os.umask(mask)
+    for name in MULTI30K_FILES:  # as readable as any file the user creates, not private
+        assert (dest / name).stat().st_mode & 0o777 == 0o666 & ~mask
     assert sorted(server.requests) == sorted(f"/raw/{name}" for name in MULTI30K_FILES)
 
     server.requests.clear()
