@@ -32,6 +32,10 @@ from .autograd.function import Function
 from .exercise_catalog import EXERCISES, Case, Clue, Exercise
 from .gradcheck import GradcheckReport, check_function
 
+# What the learner's code may raise, all of them a failed check: sys.exit() too, which would
+# otherwise end the command with the exit status of a pass.
+LEARNER_ERRORS = (Exception, SystemExit)
+
 
 @dataclass
 class WrongGradient:
@@ -109,7 +113,7 @@ def _load_function(exercise: Exercise, path: Path) -> type | str:
     except SyntaxError as exc:
         text = f"\n    {exc.text.strip()}" if exc.text else ""
         return f"{path} has a syntax error at line {exc.lineno}: {exc.msg}{text}"
-    except Exception as exc:
+    except LEARNER_ERRORS as exc:
         return f"importing {path} failed{_where(exc, path)}: {type(exc).__name__}: {exc}"
     finally:
         sys.modules.pop(module_name, None)
@@ -153,14 +157,14 @@ def _check_case(exercise: Exercise, cls: type, case: Case, seed: int, path: Path
     call = f"{cls.__name__}({', '.join(map(repr, case.args))})"
     try:
         learner = cls(*case.args)
-    except Exception as exc:
+    except LEARNER_ERRORS as exc:
         result.problem = (f"{call} raised {type(exc).__name__}: {exc}: keep the signature "
                           f"of the exercise's {exercise.class_name}.__init__.")
         return result
     learner.needs_input_grad = needs
     try:
         out = np.asarray(learner.forward(*(a.copy() for a in inputs)))
-    except Exception as exc:
+    except LEARNER_ERRORS as exc:
         result.problem = f"forward raised{_where(exc, path)}: {type(exc).__name__}: {exc}"
         return result
     if out.shape != expected_out.shape or not np.allclose(out, expected_out, rtol=1e-9,
@@ -176,7 +180,7 @@ def _check_case(exercise: Exercise, cls: type, case: Case, seed: int, path: Path
     except NotImplementedError as exc:
         result.not_written = str(exc) or "backward"
         return result
-    except Exception as exc:
+    except LEARNER_ERRORS as exc:
         result.problem = f"backward raised{_where(exc, path)}: {type(exc).__name__}: {exc}"
         return result
     if not np.array_equal(dout_passed, dout):
@@ -224,7 +228,7 @@ def _check_case(exercise: Exercise, cls: type, case: Case, seed: int, path: Path
     try:
         result.gradcheck = check_function(lambda *xs: cls(*case.args)(*xs), *inputs,
                                           name=exercise.name, seed=seed)
-    except Exception as exc:
+    except LEARNER_ERRORS as exc:
         result.problem = f"the gradient check raised{_where(exc, path)}: {exc}"
         return result
     if not result.wrong and not result.gradcheck.passed:

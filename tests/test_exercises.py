@@ -178,6 +178,18 @@ def test_syntax_import_and_runtime_errors_name_the_line(tmp_path):
     assert f"backward raised at line {line} (`dx = y * (dout - rowsum)`): NameError" in message
 
 
+def test_a_file_that_calls_sys_exit_fails_instead_of_passing(tmp_path, capsys):
+    path = tmp_path / "softmax.py"
+    path.write_text("import sys\nsys.exit(0)\n")
+    result = check_exercise("softmax", path)
+    assert not result.passed and "SystemExit" in result.message
+    assert cli.main(["check-exercise", "softmax", str(path)]) != 0
+    path = edited(tmp_path, "softmax", "dx = y * (dout - row_sum) ",
+                  "import sys; sys.exit(0); dx = y * (dout - row_sum) ")
+    result = check_exercise("softmax", path)
+    assert not result.passed and "backward raised" in result.message
+
+
 def test_usage_errors_exit_2(tmp_path, capsys):
     assert cli.main(["check-exercise", "softmaxx", "x.py"]) == 2
     assert "choose one of linear, softmax, layer_norm" in capsys.readouterr().err
