@@ -64,3 +64,18 @@ def test_asking_for_cuda_without_it_is_a_clear_error(capsys):
 def test_no_command_prints_help(capsys):
     assert cli.main([]) == 2
     assert "gradcheck" in capsys.readouterr().out
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """`minitransformer info | head -1`: the pipe closes before the output is written."""
+    import os
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run([sys.executable, "-m", "minitransformer", "info", "--config",
+                                 "tiny", "--vocab-size", "100"], stdout=write_end,
+                                stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr

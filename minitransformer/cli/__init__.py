@@ -6,6 +6,7 @@ One module per command, each with ``add_parser(commands)`` and ``run(args) -> ex
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .. import __version__, backend
@@ -23,10 +24,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(args, "device", None):
             backend.use(args.device)
-        return args.run(args)
+        status = args.run(args)
+        sys.stdout.flush()  # here, where a closed pipe can still be handled
+        return status
     except backend.DeviceError as exc:
         print(f"minitransformer {args.command}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader of the output left (`minitransformer gradcheck | head`): stop quietly,
+        # and point stdout at nothing so that Python's own flush at exit fails no more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
