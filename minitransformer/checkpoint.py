@@ -96,6 +96,11 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
                               "(it has no meta.json).")
     try:
         meta = json.loads(arrays.pop("meta.json").tobytes().decode("utf-8"))
+        if not isinstance(meta, dict):
+            raise TypeError(f"a JSON {type(meta).__name__} where an object belongs")
+        for section, default in (("optimizer", None), ("state", {})):
+            if not isinstance(meta.get(section, default), type(default) | dict):
+                raise TypeError(f"its {section!r} is not a JSON object")
         config = TransformerConfig.from_dict(meta["config"])
     except (ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{path} has unreadable metadata ({exc}).") from None

@@ -138,3 +138,21 @@ def test_averaging_refuses_different_configurations(tmp_path):
     b = save_checkpoint(tmp_path / "b.npz", Transformer(CONFIG.replace(d_ff=40)))
     with pytest.raises(CheckpointError, match="configuration differs"):
         average_checkpoints([a, b])
+
+
+@pytest.mark.parametrize("edit", [
+    lambda meta: [meta],                                   # not an object at all
+    lambda meta: {**meta, "optimizer": [1, 2]},
+    lambda meta: {**meta, "state": "step 3"},
+])
+def test_metadata_of_the_wrong_json_types_is_explained(tmp_path, edit):
+    import json
+    model, optimizer = trained_model()
+    path = save_checkpoint(tmp_path / "a.npz", model, optimizer)
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    meta = json.loads(arrays["meta.json"].tobytes().decode("utf-8"))
+    arrays["meta.json"] = np.frombuffer(json.dumps(edit(meta)).encode("utf-8"), dtype=np.uint8)
+    np.savez(tmp_path / "edited.npz", **arrays)
+    with pytest.raises(CheckpointError, match="has unreadable metadata"):
+        load_checkpoint(tmp_path / "edited.npz")
