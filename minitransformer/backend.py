@@ -35,7 +35,8 @@ ENV_DEVICE = "MINITRANSFORMER_DEVICE"
 
 _CUDA_INSTALL_HINT = (
     'install the GPU extra with `pip install -e ".[gpu]"` (CuPy for CUDA 12) on a machine '
-    "with an NVIDIA GPU, or use the CPU with `minitransformer.use(\"cpu\")`"
+    "with an NVIDIA GPU, or use the CPU (`minitransformer.use(\"cpu\")` in Python, "
+    "`--device cpu` on the command line)"
 )
 
 

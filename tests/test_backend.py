@@ -32,8 +32,9 @@ def test_unknown_device_names_the_choices():
 
 @pytest.mark.skipif(CUDA, reason="this machine has CuPy and a GPU")
 def test_cuda_without_cupy_or_gpu_says_how_to_install_it():
-    with pytest.raises(mt.DeviceError, match=r'pip install -e "\.\[gpu\]"'):
+    with pytest.raises(mt.DeviceError, match=r'pip install -e "\.\[gpu\]"') as refused:
         mt.use("cuda")
+    assert "--device cpu" in str(refused.value)  # the way back, for the command line too
     assert mt.current_device() == "cpu"  # a failed use() leaves the device unchanged
 
 
