@@ -29,6 +29,15 @@ def test_attention_of_a_sentence(checkpoint, tmp_path, kind):
     assert out.stat().st_size > 0
 
 
+def test_a_sentence_longer_than_the_model_takes_is_cut_with_a_warning(checkpoint, tmp_path,
+                                                                       capsys):
+    out = tmp_path / "long.png"
+    assert cli.main(["plot", "attention", "the dog sees the cat " * 30, "--checkpoint",
+                     str(checkpoint), "--out", str(out)]) == 0
+    assert "were cut to 63, the model's longest input" in capsys.readouterr().err
+    assert out.stat().st_size > 0
+
+
 def test_a_layer_that_does_not_exist_is_explained(checkpoint, capsys):
     assert cli.main(["plot", "attention", "the dog", "--checkpoint", str(checkpoint),
                      "--layer", "7"]) == 2

@@ -76,6 +76,11 @@ def run_attention(args: argparse.Namespace) -> int:
     attention = {"encoder": getattr(layer, "self_attn", None), "decoder": layer.self_attn,
                  "cross": getattr(layer, "cross_attn", None)}[args.kind]
     src_ids = tokenizer.encode(args.sentence) or [tokenizer.unk_id]
+    longest = model.config.max_len - 1  # as translate: the positional table ends there
+    if len(src_ids) > longest:
+        print(f"warning: the sentence's {len(src_ids)} tokens were cut to {longest}, the "
+              "model's longest input.", file=sys.stderr)
+        src_ids = src_ids[:longest]
     out_ids = tokenizer.encode(translate(model, tokenizer, [args.sentence])[0])[:40]
     attention.record_weights = True
     with no_grad():
