@@ -151,6 +151,8 @@ def test_bad_input_is_explained(tmp_path, capsys):
     (tmp_path / "a_file").write_text("")
     assert cli.main(["train", "--out", str(tmp_path / "a_file"), "--no-progress"]) == 2
     assert "is a file, not a folder" in capsys.readouterr().err
+    assert cli.main(["data", "builtin", "--dest", str(tmp_path / "a_file")]) == 2
+    assert "cannot write into --dest" in capsys.readouterr().err
 
 
 def test_data_builtin_writes_a_corpus_that_train_reads(tmp_path, capsys):

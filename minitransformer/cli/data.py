@@ -46,6 +46,12 @@ def run_multi30k(args: argparse.Namespace) -> int:
 def run_builtin(args: argparse.Namespace) -> int:
     from ..data.builtin import write_task
 
-    write_task(args.dest, seed=args.seed)
+    try:
+        write_task(args.dest, seed=args.seed)
+    except OSError as exc:  # --dest is a file, or a place that cannot be written
+        print(f"minitransformer data builtin: cannot write into --dest {args.dest} "
+              f"({exc.strerror or exc}); give a folder that can be created or written.",
+              file=sys.stderr)
+        return 2
     print(f"wrote the built-in task to {args.dest}")
     return 0
