@@ -29,6 +29,7 @@ from . import functional as F
 from .autograd.grad_mode import no_grad
 from .checkpoint import average_checkpoints, load_checkpoint, save_averaged, save_checkpoint
 from .data.batching import TokenBatcher, batches_in_order
+from .data.errors import DataError
 from .evaluate import corpus_bleu
 from .optim import Adam, clip_grad_norm, noam_rate
 from .translator import translate
@@ -92,6 +93,10 @@ class Trainer:
         self.checkpoints = self.run_dir / "checkpoints"
         self.optimizer = Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
         self.batcher = TokenBatcher(data.train, config.max_tokens, shuffle=True, seed=config.seed)
+        if not data.valid:  # found now, not at the first validation, after training steps
+            raise DataError("there are no validation pairs: the validation file is empty or "
+                            "blank, or every pair is longer than max_len; give a validation "
+                            "file with sentences in it.")
         self.state = {"step": 0, "epoch": 0, "batch": 0, "elapsed": 0.0, "tokens": 0,
                       "best_valid_loss": None, "seed": config.seed}
 

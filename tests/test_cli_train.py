@@ -111,6 +111,17 @@ def test_a_refused_resume_leaves_the_run_as_it_was(trained_run, capsys):
     assert (run / "run.json").read_text() == settings
 
 
+def test_a_blank_validation_file_is_refused_before_training(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus")
+    for lang in ("xx", "yy"):
+        (corpus / f"valid.{lang}").write_text("\n\n\n")
+    status = cli.main(["train", "--data", str(corpus), "--src-lang", "xx", "--tgt-lang", "yy",
+                       "--out", str(tmp_path / "run"), *TRAIN_ARGS])
+    assert status == 2
+    assert "there are no validation pairs" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
 def test_an_output_that_cannot_be_written_is_refused_before_translating(trained_run, capsys,
                                                                          tmp_path):
     _, run = trained_run
