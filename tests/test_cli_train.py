@@ -122,6 +122,15 @@ def test_a_blank_validation_file_is_refused_before_training(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+def test_text_that_was_not_utf8_is_refused_naming_the_sentence(trained_run, capsys,
+                                                                monkeypatch):
+    _, run = trained_run
+    # what Python makes of the byte 0xE9 read with surrogateescape: a lone surrogate
+    monkeypatch.setattr("sys.stdin", io.StringIO("ka lo\ncaf\udce9\n"))
+    assert cli.main(["translate", "--checkpoint", str(run / "checkpoints" / "final.npz")]) == 2
+    assert "sentence 2 of standard input is not valid UTF-8" in capsys.readouterr().err
+
+
 def test_an_output_that_cannot_be_written_is_refused_before_translating(trained_run, capsys,
                                                                          tmp_path):
     _, run = trained_run

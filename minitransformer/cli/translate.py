@@ -78,6 +78,8 @@ def run_translate(args: argparse.Namespace) -> int:
             sentences = read_lines(args.input)
         else:
             sentences = [line.rstrip("\n") for line in sys.stdin]
+        _check_utf8(sentences, "an argument" if args.sentences else
+                    args.input or "standard input")
         _check_output(args.output)
     except (CheckpointError, DataError) as exc:
         print(f"minitransformer translate: {exc}", file=sys.stderr)
@@ -118,6 +120,19 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(f"BLEU = {result['bleu']:.2f}  ({result['bleu_signature']})")
         print(f"chrF = {result['chrf']:.2f}  ({result['chrf_signature']})")
     return 0
+
+
+def _check_utf8(sentences: list[str], source: str) -> None:
+    """Refuse text that was not UTF-8: Python keeps such bytes as lone surrogates, which
+    SentencePiece cannot take."""
+    from ..data.errors import DataError
+
+    for number, sentence in enumerate(sentences, 1):
+        try:
+            sentence.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DataError(f"sentence {number} of {source} is not valid UTF-8; convert the "
+                            "text to UTF-8 (e.g. with iconv) and try again.") from None
 
 
 def _check_output(output: str | None) -> None:
