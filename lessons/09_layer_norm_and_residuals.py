@@ -118,5 +118,5 @@ for pre_norm, name in ((False, "post-LN"), (True, "pre-LN")):
 #    layer and measure the gradient norms again. What happens to the first layers?
 # 2. Why must LayerNorm's backward keep the $\hat x \circ \mathrm{mean}(g \circ \hat x)$ term?
 #    Drop it and find the input for which the gradient check fails most.
-# 3. With post-LN, train the tiny model on the copy task of chapter 14 with and without
+# 3. With post-LN, train the tiny model on the reversal task of chapter 14 with and without
 #    warmup. Then do the same with pre-LN.

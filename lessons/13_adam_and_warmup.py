@@ -121,5 +121,5 @@ for beta2 in (0.999, 0.98):
 # 1. Show that the schedule's two branches meet at $step = warmup$.
 # 2. Rewrite Adam's bias correction as a correction of the step size only (the library does,
 #    in `optim.py`): why is that equivalent?
-# 3. Train chapter 14's copy task with a constant learning rate equal to the schedule's peak.
+# 3. Train chapter 14's reversal task with a constant learning rate equal to the schedule's peak.
 #    What happens in the first 100 steps?

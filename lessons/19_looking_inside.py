@@ -96,12 +96,14 @@ viz.attention_heads(cross, output_tokens, source_tokens,
 # ## Reading the alignment
 #
 # Averaging the cross-attention heads and taking, for each output piece, the source piece it
-# attends to most gives a rough word alignment. Where Velish moves the verb to the end of the
+# attends to most gives a rough word alignment. A piece is produced by the step *before* it:
+# row k of the picture is the decoder reading piece k (row 0 reads `<s>`) to predict piece
+# k + 1, so piece k + 1 is paired with row k. Where Velish moves the verb to the end of the
 # subordinate clause, the alignment jumps back and forth across the source.
 
 # %%
-alignment = cross.mean(axis=0).argmax(axis=1)
-for output, position in zip(output_tokens[1:], alignment[1:], strict=False):
+alignment = cross.mean(axis=0).argmax(axis=1)   # (output length + 1,) one source position a row
+for output, position in zip(output_tokens[1:], alignment[:-1], strict=True):
     print(f"{output:>12} <- {source_tokens[position]}")
 
 # %% [markdown]
