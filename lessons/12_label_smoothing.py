@@ -80,8 +80,9 @@ for margin in (1.0, 3.0, 6.0, 12.0):
           f"{-np.log(p[y]):.4f}   with smoothing {-(q * np.log(p)).sum():.4f}")
 
 # %% [markdown]
-# Past a margin of about 3 the smoothed loss starts to rise again: the model is penalised for
-# being *too* sure.
+# Past a margin of about 4 the smoothed loss starts to rise again (its minimum is where
+# $p_y = q_y$, a margin of $\log(q_y (V - 1) / (1 - q_y)) = 3.8$ here): the model is
+# penalised for being *too* sure.
 #
 # ## Confidence, measured
 #
