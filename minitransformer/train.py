@@ -257,6 +257,12 @@ class Trainer:
         result["step"], result["epoch"] = state["step"], state["epoch"]
         log.write(json.dumps({"validation": result}) + "\n")
         log.flush()
+        if not math.isfinite(result["valid_loss"]):  # an update broke the weights: keep them
+            raise TrainingError(                        # out of every checkpoint
+                f"the validation loss became {result['valid_loss']} at step {state['step']} "
+                f"(epoch {state['epoch']}): an update made the parameters non-finite. "
+                f"Training stopped and the last good checkpoint in {self.checkpoints} is "
+                "untouched. Lower --lr-scale or set --clip-norm.")
         improved = (state["best_valid_loss"] is None
                     or result["valid_loss"] < state["best_valid_loss"])
         if improved:

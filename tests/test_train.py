@@ -88,6 +88,26 @@ def test_a_nan_loss_stops_training_naming_the_step_and_keeps_the_last_good_check
     assert all(np.isfinite(v).all() for v in last.model_state.values())
 
 
+def test_an_update_that_breaks_the_weights_is_never_saved(tmp_path):
+    """The loss of step 4 is finite, but its update leaves a NaN weight: the checkpoint of
+    step 4 must not be written, and last.npz stays the good one of step 2."""
+    trainer = make_trainer(tmp_path, max_steps=20)
+    original_update = trainer.optimizer.step
+
+    def diverging():
+        original_update()
+        if trainer.state["step"] == 4:
+            trainer.model.encoder.layers[0].feed_forward.w_1.weight.data[0, 0] = np.nan
+
+    trainer.optimizer.step = diverging
+    with pytest.raises(TrainingError, match="validation loss became nan at step 4"):
+        trainer.fit()
+    last = load_checkpoint(tmp_path / "checkpoints" / "last.npz")
+    assert last.state["trainer"]["step"] == 2
+    assert not (tmp_path / "checkpoints" / "step-0000004.npz").exists()
+    assert all(np.isfinite(v).all() for v in last.model_state.values())
+
+
 def test_gradient_accumulation_averages_over_all_tokens_of_the_group(tmp_path):
     one = make_trainer(tmp_path / "a", max_steps=1)
     two = make_trainer(tmp_path / "b", max_steps=1)
