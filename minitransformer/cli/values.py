@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 
 
-def _number(text: str, kind: type) -> float:
+def _number(text: str, kind: type) -> int | float:
     try:
         value = kind(text)
     except ValueError:

@@ -61,17 +61,25 @@ def _single_threaded_blas():
 
 
 def _as_worker_task(function: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``function`` as a task of the pool, run in the caller's grad mode (a thread's own)."""
-    grad_enabled = is_grad_enabled()
-
+    """``function`` as a task of the pool."""
     def task(item: Any) -> Any:
         _thread.on_worker = True
         try:
-            with set_grad_enabled(grad_enabled):
-                return function(item)
+            return function(item)
         finally:
             _thread.on_worker = False
     return task
+
+
+def _in_grad_mode_of_caller(function: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``function`` run in the calling thread's grad mode (each thread has its own). Only
+    ``on_workers`` needs it: its tasks call Functions; ``for_blocks`` kernels touch arrays."""
+    grad_enabled = is_grad_enabled()
+
+    def in_mode(item: Any) -> Any:
+        with set_grad_enabled(grad_enabled):
+            return function(item)
+    return in_mode
 
 
 def on_workers(function: Callable[[Any], Any], items: list) -> list:
@@ -80,7 +88,8 @@ def on_workers(function: Callable[[Any], Any], items: list) -> list:
     if WORKERS == 1 or len(items) < 2 or getattr(_thread, "on_worker", False):
         return [function(item) for item in items]
     with _single_threaded_blas():
-        return list(_executor().map(_as_worker_task(function), items))
+        return list(_executor().map(_as_worker_task(_in_grad_mode_of_caller(function)),
+                                    items))
 
 
 def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any,
