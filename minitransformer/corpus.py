@@ -8,6 +8,7 @@ writes exactly such a folder; ``load_corpus("builtin")`` generates the built-in 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,23 +33,32 @@ class Corpus:
 
 
 def load_corpus(source: str, src_lang: str | None = None, tgt_lang: str | None = None,
-                seed: int = 0) -> Corpus:
-    """``"builtin"`` (generated from ``seed``) or a folder of ``{split}.{lang}`` files."""
+                seed: int = 0, splits: Iterable[str] = tuple(SPLIT_NAMES)) -> Corpus:
+    """``"builtin"`` (generated from ``seed``) or a folder of ``{split}.{lang}`` files.
+
+    Only the ``splits`` named are read (``("test",)`` to score a model: the other splits'
+    files need not exist, and are left empty in the Corpus); the direction, unless given, is
+    read from the languages of those splits' files.
+    """
+    splits = tuple(splits)
+    unknown = [split for split in splits if split not in SPLIT_NAMES]
+    if unknown or not splits:
+        raise ValueError(f"splits must name some of {', '.join(SPLIT_NAMES)}, got {splits!r}.")
     if source == "builtin":
-        splits = builtin_task(seed)
-        return Corpus("builtin", SOURCE_LANGUAGE, TARGET_LANGUAGE, splits["train"],
-                      splits["valid"], splits["test"])
+        generated = builtin_task(seed)
+        return Corpus("builtin", SOURCE_LANGUAGE, TARGET_LANGUAGE,
+                      **{split: generated[split] if split in splits else []
+                         for split in SPLIT_NAMES})
     folder = Path(source)
     if not folder.is_dir():
         raise DataError(f"{folder} is not a folder: give --data builtin or a folder of "
                         "{split}.{lang} files (minitransformer data multi30k --dest DIR "
                         "makes one).")
-    src_lang, tgt_lang = _languages(folder, src_lang, tgt_lang)
-    splits = {split: read_parallel(_split_file(folder, split, src_lang),
-                                   _split_file(folder, split, tgt_lang))
-              for split in SPLIT_NAMES}
-    return Corpus(folder.name, src_lang, tgt_lang, splits["train"], splits["valid"],
-                  splits["test"])
+    src_lang, tgt_lang = _languages(folder, splits, src_lang, tgt_lang)
+    pairs = {split: read_parallel(_split_file(folder, split, src_lang),
+                                  _split_file(folder, split, tgt_lang)) if split in splits
+             else [] for split in SPLIT_NAMES}
+    return Corpus(folder.name, src_lang, tgt_lang, **pairs)
 
 
 def _split_file(folder: Path, split: str, lang: str) -> Path:
@@ -61,12 +71,21 @@ def _split_file(folder: Path, split: str, lang: str) -> Path:
                     f"{tried}).")
 
 
-def _languages(folder: Path, src: str | None, tgt: str | None) -> tuple[str, str]:
-    """The given languages, or the two found beside the train files (de -> en for Multi30k)."""
+def _split_languages(folder: Path, split: str) -> set[str]:
+    """The languages of a split's files: ``de`` of ``val.de`` and of ``val.de.gz``."""
+    return {path.name.split(".")[1] for name in SPLIT_NAMES[split]
+            for path in folder.glob(f"{name}.*")
+            if len(path.name.split(".")) == 2
+            or len(path.name.split(".")) == 3 and path.name.endswith(".gz")}
+
+
+def _languages(folder: Path, splits: tuple[str, ...], src: str | None,
+               tgt: str | None) -> tuple[str, str]:
+    """The given languages, or the two that every split read has files for (de -> en for
+    Multi30k)."""
     if src and tgt:
         return src, tgt
-    found = sorted({p.name.split(".")[1] for p in folder.glob("train.*")
-                    if len(p.name.split(".")) >= 2})
+    found = sorted(set.intersection(*(_split_languages(folder, split) for split in splits)))
     if set(found) == {"de", "en"}:  # Multi30k: de -> en, unless one side says otherwise
         if src:
             return src, tgt or ("en" if src == "de" else "de")
@@ -74,8 +93,9 @@ def _languages(folder: Path, src: str | None, tgt: str | None) -> tuple[str, str
     if len(found) == 2 and (src or tgt):
         other = [lang for lang in found if lang != (src or tgt)][0]
         return (src, other) if src else (other, tgt)
-    raise DataError(f"cannot tell the translation direction in {folder} (train files for "
-                    f"{found or 'no language'}); give --src-lang and --tgt-lang.")
+    raise DataError(f"cannot tell the translation direction in {folder} ({' and '.join(splits)} "
+                    f"files for {', '.join(found) or 'no language'}); give --src-lang and "
+                    "--tgt-lang.")
 
 
 def prepare(corpus: Corpus, vocab_size: int, max_len: int | None,

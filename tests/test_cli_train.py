@@ -91,6 +91,18 @@ def test_evaluate_prints_bleu_and_chrf_with_signatures(trained_run, capsys):
     assert 0 <= scores["bleu"] <= 100 and scores["beam"] == 4
 
 
+def test_evaluate_reads_only_the_split_it_scores(trained_run, tmp_path, capsys):
+    corpus, run = trained_run
+    only_test = tmp_path / "only-test"
+    only_test.mkdir()
+    for lang in ("xx", "yy"):  # no train or valid files; the direction comes from these
+        (only_test / f"test.{lang}").write_bytes((corpus / f"test.{lang}").read_bytes())
+    assert cli.main(["evaluate", "--checkpoint", str(run / "checkpoints" / "best.npz"),
+                     "--data", str(only_test), "--src-lang", "xx", "--beam", "1",
+                     "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sentences"] == 5
+
+
 def test_a_second_run_into_a_run_folder_is_refused_without_resume(trained_run, capsys):
     corpus, run = trained_run
     before = {p.name: p.stat().st_mtime_ns for p in (run / "checkpoints").iterdir()}

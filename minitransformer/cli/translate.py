@@ -101,8 +101,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     try:
         if args.data:
-            corpus = load_corpus(args.data, args.src_lang, args.tgt_lang)
-            pairs = corpus.valid if args.split == "valid" else corpus.test
+            corpus = load_corpus(args.data, args.src_lang, args.tgt_lang, splits=[args.split])
+            pairs = getattr(corpus, args.split)
         elif args.src and args.ref:
             pairs = read_parallel(args.src, args.ref)
         else:

@@ -1,0 +1,48 @@
+"""Corpus folders: which splits are read, and the direction read from the files present."""
+
+import pytest
+
+from minitransformer.corpus import load_corpus
+from minitransformer.data import DataError
+
+
+def write_split(folder, split, langs=("de", "en"), text="{lang} {split}\n"):
+    for lang in langs:
+        (folder / f"{split}.{lang}").write_text(text.format(lang=lang, split=split),
+                                                encoding="utf-8")
+
+
+def test_only_the_splits_asked_for_are_read(tmp_path):
+    write_split(tmp_path, "test")
+    (tmp_path / "train.de.gz").write_bytes(b"\x1f\x8b not gzip")  # would fail if read
+    corpus = load_corpus(tmp_path, splits=["test"])
+    assert (corpus.src_lang, corpus.tgt_lang) == ("de", "en")
+    assert corpus.test == [("de test", "en test")]
+    assert corpus.train == [] and corpus.valid == []
+
+
+def test_the_direction_comes_from_the_files_of_the_split_read(tmp_path):
+    write_split(tmp_path, "valid", ("xx", "yy"))
+    corpus = load_corpus(tmp_path, "yy", None, splits=["valid"])
+    assert (corpus.src_lang, corpus.tgt_lang) == ("yy", "xx")
+    assert corpus.valid == [("yy valid", "xx valid")]
+
+
+def test_every_split_is_read_by_default(tmp_path):
+    for split in ("train", "valid", "test"):
+        write_split(tmp_path, split)
+    corpus = load_corpus(tmp_path)
+    assert [len(corpus.train), len(corpus.valid), len(corpus.test)] == [1, 1, 1]
+
+
+def test_a_missing_split_asked_for_is_named(tmp_path):
+    write_split(tmp_path, "test")
+    with pytest.raises(DataError, match="no valid file for language 'de'"):
+        load_corpus(tmp_path, "de", "en", splits=["valid"])
+    with pytest.raises(DataError, match="cannot tell the translation direction"):
+        load_corpus(tmp_path, splits=["valid"])
+
+
+def test_the_builtin_task_keeps_only_the_splits_asked_for():
+    corpus = load_corpus("builtin", splits=["test"])
+    assert corpus.test and corpus.train == [] and corpus.valid == []
