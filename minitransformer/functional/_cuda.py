@@ -183,7 +183,7 @@ def make_kernels(cupy: Any) -> Any:
             const long long n = i / V, v = i % V;
             const T p = exp(z[i] - m[n]) / total[n];
             const T q = eps / V + (v == target[n] ? (T)1 - eps : (T)0);
-            dz = scale[n] * (p - q);
+            dz = scale[n] == (T)0 ? (T)0 : scale[n] * (p - q);  // ignored rows: 0, never nan
             """,
             "minitransformer_cross_entropy_backward")
         # Adam: m = β₁m + (1-β₁)g, v = β₂v + (1-β₂)g², θ -= step · m / (√v + ε̂).

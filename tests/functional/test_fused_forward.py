@@ -177,6 +177,20 @@ def test_cross_entropy_ignored_rows_with_infinite_logits_count_for_nothing(devic
     assert np.isfinite(dz).all() and not dz[2:].any()
 
 
+def test_cross_entropy_ignored_rows_with_nan_logits_get_zero_gradient(device):
+    """Padding rows are left out of the loss, so whatever their logits hold (nan from a
+    broken upstream value that only padding touched), their gradient is 0, not 0 · nan."""
+    logits, targets = normal(4, 5), np.array([2, 3, 0, 0])
+    logits[2:] = np.nan
+    z = on(device, logits, grad=True)
+    loss = F.cross_entropy(z, targets, 0.1, ignore_index=0)
+    np.testing.assert_allclose(loss.item(), cross_entropy_ref(logits[:2], targets[:2], 0.1),
+                               rtol=1e-6)
+    loss.backward()
+    dz = host(z.grad)
+    assert np.isfinite(dz).all() and not dz[2:].any() and dz[:2].any()
+
+
 # ----------------------------------------------------------------------------- dtypes, devices
 
 def _ops():
