@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,16 +99,20 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         meta = json.loads(arrays.pop("meta.json").tobytes().decode("utf-8"))
         if not isinstance(meta, dict):
             raise TypeError(f"a JSON {type(meta).__name__} where an object belongs")
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"{path} has unreadable metadata ({exc}).") from None
+    # the version first: another version's configuration may not parse as this one's
+    if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise CheckpointError(f"{path} has format {meta.get('format')!r} version "
+                              f"{meta.get('version')!r}; this minitransformer reads {FORMAT} "
+                              f"version {VERSION}.")
+    try:
         for section, default in (("optimizer", None), ("state", {})):
             if not isinstance(meta.get(section, default), type(default) | dict):
                 raise TypeError(f"its {section!r} is not a JSON object")
         config = TransformerConfig.from_dict(meta["config"])
     except (ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{path} has unreadable metadata ({exc}).") from None
-    if meta.get("format") != FORMAT or meta.get("version") != VERSION:
-        raise CheckpointError(f"{path} has format {meta.get('format')!r} version "
-                              f"{meta.get('version')!r}; this minitransformer reads {FORMAT} "
-                              f"version {VERSION}.")
     model_state = {k[len("model/"):]: v for k, v in arrays.items() if k.startswith("model/")}
     optimizer_state = None
     if meta.get("optimizer") is not None:
@@ -122,6 +127,7 @@ def restore_model(checkpoint: Checkpoint, device: str | None = None) -> Any:
     """A Transformer built from the checkpoint's configuration holding its parameters."""
     from .nn.transformer import Transformer
 
+    _check_sizes(checkpoint.config, checkpoint.model_state)
     model = Transformer(checkpoint.config)
     if device is not None:
         model.to(device)
@@ -130,6 +136,63 @@ def restore_model(checkpoint: Checkpoint, device: str | None = None) -> Any:
     except ValueError as exc:
         raise CheckpointError(str(exc)) from None
     return model
+
+
+def _check_sizes(config: TransformerConfig, model_state: dict[str, np.ndarray]) -> None:
+    """The sizes in ``config`` must be those of the stored arrays, checked before a model of
+    that configuration is built: a damaged or crafted file could otherwise have any amount of
+    memory allocated for it. (Every other shape is checked when the arrays are loaded.)"""
+    d_model, d_ff = config.d_model, config.d_ff
+    expected = {"src_embed.weight": (config.src_vocab_size, d_model),
+                "encoder.layers.0.feed_forward.w_1.weight": (d_ff, d_model),
+                "decoder.layers.0.feed_forward.w_1.weight": (d_ff, d_model)}
+    if not config.share_embeddings:
+        expected["tgt_embed.weight"] = (config.tgt_vocab_size, d_model)
+    if config.learned_positions:
+        expected["src_positions.weight"] = (config.max_len, d_model)
+    for name, shape in expected.items():
+        stored = model_state.get(name)
+        if stored is None or tuple(stored.shape) != shape:
+            found = "is missing" if stored is None else f"has shape {tuple(stored.shape)}"
+            raise CheckpointError(f"the checkpoint's parameter {name} {found}, but its "
+                                  f"configuration implies {shape}: the file is damaged or was "
+                                  "not written by save_checkpoint.")
+    for stack in ("encoder", "decoder"):
+        layers = {name.split(".")[2] for name in model_state
+                  if name.startswith(f"{stack}.layers.")}
+        if len(layers) != config.n_layers:
+            raise CheckpointError(f"the checkpoint stores {len(layers)} {stack} layers, but its "
+                                  f"configuration has n_layers={config.n_layers}: the file is "
+                                  "damaged or was not written by save_checkpoint.")
+
+
+def remove_stale_temporaries(folder: str | Path) -> list[Path]:
+    """Delete the ``.NAME.PID.tmp`` files in ``folder`` left by saves whose process was
+    killed before it could rename them (their PID no longer runs); return what was removed.
+    A file whose writer still runs is left alone. Only on POSIX, where a PID can be probed
+    without touching the process."""
+    removed = []
+    if os.name != "posix":
+        return removed
+    for temporary in Path(folder).glob(".*.tmp"):
+        written_by = re.fullmatch(r"\..+\.(\d+)\.tmp", temporary.name)
+        if written_by is None or _running(int(written_by[1])):
+            continue
+        temporary.unlink(missing_ok=True)
+        removed.append(temporary)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, and belongs to someone else
+        return True
+    return True
 
 
 def average_checkpoints(paths: list[str | Path]) -> Checkpoint:

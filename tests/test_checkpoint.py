@@ -1,6 +1,13 @@
 """Checkpoints: exact round trips, atomic writes, no pickle, clear errors, averaging."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import tracemalloc
 import zipfile
 
 import numpy as np
@@ -12,6 +19,7 @@ from minitransformer.checkpoint import (
     CheckpointError,
     average_checkpoints,
     load_checkpoint,
+    remove_stale_temporaries,
     restore_model,
     save_checkpoint,
 )
@@ -50,7 +58,7 @@ def test_round_trip_restores_model_optimizer_tokenizer_and_state(tmp_path):
         np.testing.assert_array_equal(m_saved, m_loaded)
 
 
-def test_saving_leaves_no_temporary_file_and_replaces_atomically(tmp_path):
+def test_saving_over_a_checkpoint_replaces_it_and_leaves_no_temporary_file(tmp_path):
     model, optimizer = trained_model()
     save_checkpoint(tmp_path / "last.npz", model, optimizer)
     save_checkpoint(tmp_path / "last.npz", model, optimizer, state={"step": 2})
@@ -71,6 +79,109 @@ def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert load_checkpoint(tmp_path / "last.npz").state == {"step": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["last.npz"]
+
+
+KILLED_SAVE = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    import numpy as np
+    sys.path.insert(0, sys.argv[2])
+    from test_checkpoint import trained_model
+    from minitransformer.checkpoint import save_checkpoint
+    path = Path(sys.argv[1])
+    model, optimizer = trained_model()
+    save_checkpoint(path, model, optimizer, state={"step": 1})
+    real_savez = np.savez
+    def hanging_savez(file, **arrays):  # half a file written, then the process is killed
+        file.write(b"PK partial")
+        file.flush()
+        path.with_name("inside-save").touch()
+        time.sleep(60)
+    np.savez = hanging_savez
+    save_checkpoint(path, model, optimizer, state={"step": 2})
+""")
+
+
+def test_a_process_killed_in_the_middle_of_a_save_leaves_the_previous_checkpoint(tmp_path):
+    """SIGKILL while the new file is half written: the old one must still load whole (a save
+    that wrote over the checkpoint in place would leave the half file under its name)."""
+    script = tmp_path / "child.py"
+    script.write_text(KILLED_SAVE)
+    path = tmp_path / "last.npz"
+    child = subprocess.Popen([sys.executable, str(script), str(path),
+                              str(os.path.dirname(__file__))])
+    deadline = time.monotonic() + 60
+    try:
+        while not (tmp_path / "inside-save").exists():
+            assert child.poll() is None, "the saving process ended early"
+            assert time.monotonic() < deadline, "the saving process never got there"
+            time.sleep(0.05)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert load_checkpoint(path).state == {"step": 1}
+    restore_model(load_checkpoint(path))
+    # the half-written temporary file stays until a later run removes it
+    leftovers = list(tmp_path.glob(".last.npz.*.tmp"))
+    assert [p.name for p in leftovers] == [f".last.npz.{child.pid}.tmp"]
+    assert remove_stale_temporaries(tmp_path) == leftovers
+    assert not list(tmp_path.glob("*.tmp")) and path.exists()
+
+
+def test_temporary_files_of_running_writers_are_kept(tmp_path):
+    ours = tmp_path / f".last.npz.{os.getpid()}.tmp"
+    parent = tmp_path / f".best.npz.{os.getppid()}.tmp"    # a process that is still running
+    other = tmp_path / ".notes.tmp"                          # not one of our temporary files
+    for path in (ours, parent, other):
+        path.write_bytes(b"partial")
+    assert remove_stale_temporaries(tmp_path) == []
+    assert ours.exists() and parent.exists() and other.exists()
+
+
+def _edit_meta(path, edit):
+    """Rewrite the checkpoint at ``path`` with ``edit`` applied to its metadata."""
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    meta = json.loads(arrays["meta.json"].tobytes().decode("utf-8"))
+    arrays["meta.json"] = np.frombuffer(json.dumps(edit(meta)).encode("utf-8"), dtype=np.uint8)
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("src_vocab_size", 10**9, r"src_embed.weight has shape \(20, 16\).*implies \(1000000000, 16\)"),
+    ("d_ff", 10**9, r"feed_forward.w_1.weight has shape \(24, 16\).*implies"),
+    ("n_layers", 10**6, "stores 2 encoder layers.*n_layers=1000000"),
+])
+def test_a_configuration_its_arrays_do_not_fill_is_refused_before_building(tmp_path, field,
+                                                                           value, message):
+    """A damaged or crafted file must not make restore_model allocate a model of any size."""
+    model, _ = trained_model()
+    path = save_checkpoint(tmp_path / "a.npz", model)
+    _edit_meta(path, lambda meta: {**meta, "config": {
+        **meta["config"], field: value,
+        **({"tgt_vocab_size": value} if field == "src_vocab_size" else {})}})
+    checkpoint = load_checkpoint(path)
+    tracemalloc.start()
+    try:
+        with pytest.raises(CheckpointError, match=message):
+            restore_model(checkpoint)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 10_000_000
+
+
+def test_the_format_version_is_checked_before_the_configuration(tmp_path):
+    """A file of another version is named as such, even when its configuration (another
+    version's fields) would not parse."""
+    model, _ = trained_model()
+    path = save_checkpoint(tmp_path / "a.npz", model)
+    _edit_meta(path, lambda meta: {**meta, "version": 2,
+                                   "config": {**meta["config"], "rotary": True}})
+    with pytest.raises(CheckpointError, match="version 2; this minitransformer reads"):
+        load_checkpoint(path)
 
 
 def test_files_are_read_without_pickle(tmp_path):
