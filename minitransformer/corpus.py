@@ -36,6 +36,8 @@ def load_corpus(source: str, src_lang: str | None = None, tgt_lang: str | None =
                 seed: int = 0, splits: Iterable[str] = tuple(SPLIT_NAMES)) -> Corpus:
     """``"builtin"`` (generated from ``seed``) or a folder of ``{split}.{lang}`` files.
 
+    Languages given for the built-in task must be its own (en -> vel): it has no other.
+
     Only the ``splits`` named are read (``("test",)`` to score a model: the other splits'
     files need not exist, and are left empty in the Corpus); the direction, unless given, is
     read from the languages of those splits' files.
@@ -45,6 +47,12 @@ def load_corpus(source: str, src_lang: str | None = None, tgt_lang: str | None =
     if unknown or not splits:
         raise ValueError(f"splits must name some of {', '.join(SPLIT_NAMES)}, got {splits!r}.")
     if source == "builtin":
+        for flag, given, builtin in (("--src-lang", src_lang, SOURCE_LANGUAGE),
+                                     ("--tgt-lang", tgt_lang, TARGET_LANGUAGE)):
+            if given and given != builtin:
+                raise DataError(f"{flag} {given} does not fit the built-in task, which "
+                                f"translates {SOURCE_LANGUAGE} to {TARGET_LANGUAGE}; leave "
+                                f"{flag} out, or give --data a folder of {given} files.")
         generated = builtin_task(seed)
         return Corpus("builtin", SOURCE_LANGUAGE, TARGET_LANGUAGE,
                       **{split: generated[split] if split in splits else []

@@ -103,6 +103,32 @@ def test_evaluate_reads_only_the_split_it_scores(trained_run, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["sentences"] == 5
 
 
+@pytest.mark.parametrize("options, message", [
+    (["--data", "builtin", "--src", "s.txt", "--ref", "r.txt"],
+     "give either --src and --ref or --data, not both (got --data builtin together with "
+     "--src s.txt and --ref r.txt)"),
+    (["--data", "corpus", "--ref", "r.txt"], "not both (got --data corpus together with "
+                                             "--ref r.txt)"),
+    (["--src", "s.txt", "--ref", "r.txt", "--split", "valid"],
+     "--split chooses what to read from --data, which was not given"),
+    (["--src", "s.txt", "--ref", "r.txt", "--src-lang", "de", "--tgt-lang", "en"],
+     "--src-lang and --tgt-lang choose what to read from --data, which was not given"),
+    (["--data", "builtin", "--src-lang", "de", "--tgt-lang", "fr"],
+     "--src-lang de does not fit the built-in task, which translates en to vel"),
+])
+def test_evaluate_refuses_options_it_would_ignore(options, message, tmp_path, capsys):
+    assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "x.npz"), *options]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_builtin_task_takes_only_its_own_languages(tmp_path, capsys):
+    status = cli.main(["train", "--data", "builtin", "--tgt-lang", "de", "--out",
+                       str(tmp_path / "run"), *TRAIN_ARGS])
+    assert status == 2
+    assert "--tgt-lang de does not fit the built-in task" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_second_run_into_a_run_folder_is_refused_without_resume(trained_run, capsys):
     corpus, run = trained_run
     before = {p.name: p.stat().st_mtime_ns for p in (run / "checkpoints").iterdir()}

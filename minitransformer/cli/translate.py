@@ -32,7 +32,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     e.add_argument("--src", help="source sentences, one per line")
     e.add_argument("--ref", help="reference translations, one per line")
     e.add_argument("--data", metavar="builtin|DIR", help="instead of --src/--ref: a corpus")
-    e.add_argument("--split", default="test", choices=["valid", "test"],
+    e.add_argument("--split", choices=["valid", "test"],
                    help="which split of --data (default test)")
     e.add_argument("--src-lang", help="source language suffix of --data")
     e.add_argument("--tgt-lang", help="target language suffix of --data")
@@ -99,10 +99,15 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from ..data.errors import DataError
     from ..data.parallel import read_parallel
 
+    contradiction = _contradicting_options(args)
+    if contradiction:
+        print(f"minitransformer evaluate: {contradiction}", file=sys.stderr)
+        return 2
     try:
         if args.data:
-            corpus = load_corpus(args.data, args.src_lang, args.tgt_lang, splits=[args.split])
-            pairs = getattr(corpus, args.split)
+            split = args.split or "test"
+            corpus = load_corpus(args.data, args.src_lang, args.tgt_lang, splits=[split])
+            pairs = getattr(corpus, split)
         elif args.src and args.ref:
             pairs = read_parallel(args.src, args.ref)
         else:
@@ -120,6 +125,24 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(f"BLEU = {result['bleu']:.2f}  ({result['bleu_signature']})")
         print(f"chrF = {result['chrf']:.2f}  ({result['chrf_signature']})")
     return 0
+
+
+def _contradicting_options(args: argparse.Namespace) -> str | None:
+    """What is wrong when evaluate is given two test sets, or options of the one it does not
+    read (they would be ignored without a word); None when nothing is."""
+    if args.data and (args.src or args.ref):
+        given = " and ".join(f"--{name} {getattr(args, name)}" for name in ("src", "ref")
+                             if getattr(args, name))
+        return (f"give either --src and --ref or --data, not both (got --data {args.data} "
+                f"together with {given}).")
+    if not args.data:
+        given = [f"--{name.replace('_', '-')}" for name in ("split", "src_lang", "tgt_lang")
+                 if getattr(args, name)]
+        if given:
+            return (f"{' and '.join(given)} choose{'s' if len(given) == 1 else ''} what to "
+                    "read from --data, which was not given; leave "
+                    f"{'it' if len(given) == 1 else 'them'} out, or give --data.")
+    return None
 
 
 def _check_utf8(sentences: list[str], source: str) -> None:

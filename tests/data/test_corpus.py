@@ -46,3 +46,10 @@ def test_a_missing_split_asked_for_is_named(tmp_path):
 def test_the_builtin_task_keeps_only_the_splits_asked_for():
     corpus = load_corpus("builtin", splits=["test"])
     assert corpus.test and corpus.train == [] and corpus.valid == []
+
+
+def test_the_builtin_task_accepts_its_own_languages_and_refuses_others():
+    corpus = load_corpus("builtin", "en", "vel", splits=["valid"])
+    assert (corpus.src_lang, corpus.tgt_lang) == ("en", "vel") and corpus.valid
+    with pytest.raises(DataError, match="--src-lang vel does not fit the built-in task"):
+        load_corpus("builtin", "vel", "en", splits=["valid"])
