@@ -27,7 +27,14 @@ from tqdm import tqdm
 from . import backend
 from . import functional as F
 from .autograd.grad_mode import no_grad
-from .checkpoint import average_checkpoints, load_checkpoint, save_averaged, save_checkpoint
+from .checkpoint import (
+    CheckpointError,
+    average_checkpoints,
+    load_checkpoint,
+    remove_stale_temporaries,
+    save_averaged,
+    save_checkpoint,
+)
 from .data.batching import TokenBatcher, batches_in_order
 from .data.errors import DataError
 from .evaluate import corpus_bleu
@@ -36,7 +43,8 @@ from .translator import translate
 
 
 class TrainingError(RuntimeError):
-    """Training cannot go on (a non-finite loss); the last good checkpoint is untouched."""
+    """Training cannot go on (a non-finite loss or gradient); the last good checkpoint is
+    untouched."""
 
 
 @dataclass
@@ -103,13 +111,23 @@ class Trainer:
     # ------------------------------------------------------------------ resume
     def resume(self, path: str | Path | None = None) -> None:
         """Continue from a checkpoint (default: this run's last.npz)."""
-        checkpoint = load_checkpoint(path or self.checkpoints / "last.npz")
+        path = Path(path or self.checkpoints / "last.npz")
+        checkpoint = load_checkpoint(path)
         if checkpoint.config != self.model.config:
             raise ValueError("the checkpoint's model configuration differs from this run's; "
                              "resume with the same --config and vocabulary.")
+        trainer_state = checkpoint.state.get("trainer")
+        if checkpoint.optimizer_state is None or not isinstance(trainer_state, dict):
+            raise CheckpointError(f"{path} holds a model but no optimizer or training state "
+                                  "(an averaged or exported checkpoint), so training cannot "
+                                  "go on from it; resume from last.npz or a step-*.npz.")
         self.model.load_state_dict(checkpoint.model_state)
-        self.optimizer.load_state_dict(checkpoint.optimizer_state)
-        self.state.update(checkpoint.state["trainer"])
+        try:
+            self.optimizer.load_state_dict(checkpoint.optimizer_state)
+        except (KeyError, ValueError) as exc:
+            raise CheckpointError(f"{path} has an incomplete optimizer state ({exc}); resume "
+                                  "from another checkpoint of the run.") from None
+        self.state.update(trainer_state)
         self._trim_log(self.state["step"])
 
     def _trim_log(self, step: int) -> None:
@@ -136,6 +154,9 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         c, state = self.config, self.state
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        for folder in (self.run_dir, self.checkpoints):  # what a killed run's saves left
+            if folder.is_dir():
+                remove_stale_temporaries(folder)
         log = open(self.run_dir / "log.jsonl", "a", encoding="utf-8")
         bar = tqdm(total=c.max_steps, initial=state["step"], disable=not c.progress,
                    unit="step", dynamic_ncols=True)
@@ -184,9 +205,10 @@ class Trainer:
         self.optimizer.zero_grad()
         n_tokens = sum(batch.n_tgt_tokens for batch in group)
         loss_sum = 0.0
+        seeds_per_step = max(64, c.accumulate)  # one seed for each batch, none shared
         for i, batch in enumerate(group):
             # dropout masks depend on (seed, step, batch) only: resuming repeats them
-            backend.manual_seed((c.seed * 1_000_003 + state["step"]) * 64 + i)
+            backend.manual_seed((c.seed * 1_000_003 + state["step"]) * seeds_per_step + i)
             logits = self.model(batch.src, batch.tgt_in)
             loss = F.cross_entropy(logits, batch.tgt_out, c.label_smoothing,
                                    ignore_index=self.model.config.pad_id)
@@ -203,6 +225,12 @@ class Trainer:
             if p.grad is not None:
                 p.grad *= 1.0 / n_tokens
         grad_norm = clip_grad_norm(self.optimizer.params, c.clip_norm)
+        if not math.isfinite(grad_norm):  # a finite loss can still overflow its backward
+            raise TrainingError(
+                f"the gradient norm became {grad_norm} at step {state['step'] + 1} (epoch "
+                f"{state['epoch']}) with a finite loss of {mean_loss:.4f}; the update was not "
+                f"applied, training stopped and the last good checkpoint in {self.checkpoints} "
+                "is untouched. Lower --lr-scale.")
         state["step"] += 1
         self.optimizer.lr = noam_rate(state["step"], self.model.config.d_model,
                                       c.warmup_steps, c.lr_scale)

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 from train_task import make_trainer
 
-from minitransformer.checkpoint import load_checkpoint, restore_model
+import minitransformer.train as train_module
+from minitransformer import backend
+from minitransformer.checkpoint import CheckpointError, load_checkpoint, restore_model
 from minitransformer.train import TrainConfig, TrainingError
 
 
@@ -106,6 +108,64 @@ def test_an_update_that_breaks_the_weights_is_never_saved(tmp_path):
     assert last.state["trainer"]["step"] == 2
     assert not (tmp_path / "checkpoints" / "step-0000004.npz").exists()
     assert all(np.isfinite(v).all() for v in last.model_state.values())
+
+
+def test_an_infinite_gradient_with_a_finite_loss_is_never_applied(tmp_path, monkeypatch):
+    """A backward can overflow while its loss stays finite: the step must stop before Adam
+    turns the inf into NaN weights, naming the step, with the weights as they were."""
+    trainer = make_trainer(tmp_path, max_steps=20)
+    real_clip = train_module.clip_grad_norm
+
+    def overflowing_clip(params, max_norm):
+        if trainer.state["step"] == 4:
+            trainer.optimizer.params[0].grad[0, 0] = np.inf
+        return real_clip(params, max_norm)
+
+    monkeypatch.setattr(train_module, "clip_grad_norm", overflowing_clip)
+    with pytest.raises(TrainingError, match="gradient norm became inf at step 5 .*finite loss"):
+        trainer.fit()
+    last = load_checkpoint(tmp_path / "checkpoints" / "last.npz")
+    assert last.state["trainer"]["step"] == trainer.state["step"] == 4
+    for name, p in trainer.model.named_parameters():  # the update of step 5 never ran
+        np.testing.assert_array_equal(p.numpy(), last.model_state[name], err_msg=name)
+
+
+def test_resuming_from_a_checkpoint_without_training_state_is_explained(tmp_path):
+    make_trainer(tmp_path, max_steps=4).fit()
+    checkpoints = tmp_path / "checkpoints"
+    with pytest.raises(CheckpointError, match="averaged.npz holds a model but no optimizer"):
+        make_trainer(tmp_path, max_steps=8).resume(checkpoints / "averaged.npz")
+    with np.load(checkpoints / "last.npz", allow_pickle=False) as archive:  # moments lost
+        arrays = {n: archive[n] for n in archive.files if n != "optimizer/v.3"}
+    np.savez(tmp_path / "damaged.npz", **arrays)
+    with pytest.raises(CheckpointError, match="damaged.npz has an incomplete optimizer state"):
+        make_trainer(tmp_path, max_steps=8).resume(tmp_path / "damaged.npz")
+
+
+def test_every_batch_of_a_run_gets_its_own_dropout_seed(tmp_path, monkeypatch):
+    """With more than 64 batches a step, the seeds of one step ran into the next step's."""
+    trainer = make_trainer(tmp_path, max_steps=2, accumulate=70, max_tokens=8,
+                           eval_every=100)
+    assert len(list(trainer.batcher)) > 70        # two steps, the first of 70 batches
+    seeds = []
+    real_seed = backend.manual_seed
+    monkeypatch.setattr(backend, "manual_seed", lambda s: (seeds.append(s), real_seed(s)))
+    for step in range(2):
+        batches = list(trainer.batcher)[70 * step: 70 * (step + 1)]
+        trainer._step(batches)
+    assert len(seeds) == len(list(trainer.batcher)) and len(set(seeds)) == len(seeds)
+
+
+def test_a_run_removes_what_a_killed_save_left_behind(tmp_path):
+    make_trainer(tmp_path, max_steps=2).fit()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    stale = tmp_path / "checkpoints" / f".step-0000003.npz.{dead}.tmp"
+    stale.write_bytes(b"PK partial")
+    resumed = make_trainer(tmp_path, max_steps=4)
+    resumed.resume()
+    resumed.fit()
+    assert not stale.exists()
 
 
 def test_gradient_accumulation_averages_over_all_tokens_of_the_group(tmp_path):
@@ -213,4 +273,6 @@ def test_sigkill_during_training_leaves_a_checkpoint_that_resumes(tmp_path):
 
 def test_sigkill_in_the_middle_of_a_save_keeps_the_previous_checkpoint(tmp_path):
     run_dir = run_child(tmp_path, "save", lambda d: (d / "inside-save").exists())
+    assert list((run_dir / "checkpoints").glob(".step-0000004.npz.*.tmp"))  # half written
     assert _resumes(run_dir) == 3  # the 4th save never finished; the 3rd is intact
+    assert not list((run_dir / "checkpoints").glob(".*.tmp"))  # removed by the resumed run
