@@ -1,5 +1,7 @@
 """The checker itself: it must pass right backwards and catch wrong ones."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -7,6 +9,7 @@ import minitransformer as mt
 from minitransformer.autograd import Function
 from minitransformer.backend import get_array_module
 from minitransformer.gradcheck import check_function
+from minitransformer.gradcheck_cases import CASES, run_case
 
 
 class Softmax(Function):
@@ -111,3 +114,32 @@ def test_report_reads_well():
     text = str(check_function(lambda x: x.exp(), inputs(2, 2), name="exp"))
     assert text.startswith("gradcheck exp (2, 2): passed")
     assert "max rel error" in text
+
+
+class ForgetfulCast(Function):
+    """Broken: casts forward but drops dout's second half on the way back."""
+
+    def forward(self, x):
+        return x.astype(np.float32)
+
+    def backward(self, dout):
+        dx = dout.astype(np.float64)
+        dx[..., 2:] = 0
+        return dx
+
+
+def test_the_astype_case_checks_a_real_float32_round_trip():
+    case = next(c for c in CASES if c.name == "astype")
+    report = run_case(case)
+    assert report.passed, report
+    # dout came back through float32: its rounding shows, far below the threshold
+    assert 1e-9 < report.max_rel_error < 1e-6, report
+    # at the default step of 1e-6, float32's rounding swamps the finite differences
+    assert not run_case(dataclasses.replace(case, eps=1e-6)).passed
+    # and on the same grid and step a wrong cast backward is caught
+    broken = dataclasses.replace(
+        case, fn=lambda a: mt.functional.astype(ForgetfulCast()(a), "float64"))
+    assert not run_case(broken).passed
+    x = mt.tensor(np.ones(3, dtype=np.float32), requires_grad=True)
+    mt.functional.astype(x, "float64").backward(np.ones(3))
+    assert x.grad.dtype == np.float32
