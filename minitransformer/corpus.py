@@ -14,9 +14,12 @@ from pathlib import Path
 
 from .data.builtin import SOURCE_LANGUAGE, TARGET_LANGUAGE, builtin_task
 from .data.errors import DataError
-from .data.parallel import encode_pairs, read_parallel
+from .data.parallel import encode_kept, encode_pairs, read_parallel
 from .data.tokenizer import Tokenizer
+from .nn.config import TransformerConfig
 from .train import TranslationData
+
+POSITIONS = TransformerConfig.max_len  # the default positional table (1024 positions)
 
 SPLIT_NAMES = {"train": ("train",), "valid": ("valid", "val", "dev"),
                "test": ("test", "test_2016_flickr")}
@@ -106,16 +109,47 @@ def _languages(folder: Path, splits: tuple[str, ...], src: str | None,
                     "--tgt-lang.")
 
 
-def prepare(corpus: Corpus, vocab_size: int, max_len: int | None,
-            tokenizer: Tokenizer | None = None) -> tuple[Tokenizer, TranslationData, int]:
+@dataclass
+class Prepared:
+    """What ``prepare_corpus`` makes: the tokenizer, the data, and how many training and
+    validation pairs were dropped."""
+
+    tokenizer: Tokenizer
+    data: TranslationData
+    train_dropped: int
+    valid_dropped: int
+
+
+def check_max_len(max_len: int | None, positions: int = POSITIONS) -> None:
+    """Refuse a ``max_len`` the model cannot encode: a target of max_len tokens takes
+    max_len + 1 decoder positions (BOS or EOS), and the positional table has ``positions``."""
+    if max_len is not None and max_len > positions - 1:
+        raise DataError(f"--max-len {max_len} is more than the model can encode: its positional "
+                        f"table has {positions} positions, so a sentence (with its BOS or EOS) "
+                        f"can have at most {positions - 1} tokens; give --max-len "
+                        f"{positions - 1} or less.")
+
+
+def prepare_corpus(corpus: Corpus, vocab_size: int, max_len: int | None,
+                   tokenizer: Tokenizer | None = None, positions: int = POSITIONS) -> Prepared:
     """Train a joint BPE tokenizer on the training text (unless given) and encode the
-    training and validation pairs, dropping pairs longer than ``max_len`` tokens. Returns the
-    tokenizer, the data and how many training pairs were dropped."""
+    training and validation pairs, dropping training pairs longer than ``max_len`` tokens and
+    validation pairs longer than the model can encode (``positions``, the length of its
+    positional table, less one for BOS or EOS), each with their text."""
+    check_max_len(max_len, positions)
     if tokenizer is None:
         text = [s for pair in corpus.train for s in pair]
         tokenizer = Tokenizer.train(text, vocab_size)
-    train, n_dropped = encode_pairs(corpus.train, tokenizer, max_len)
-    valid, _ = encode_pairs(corpus.valid, tokenizer, None)
-    data = TranslationData(train, valid, [s for s, _ in corpus.valid],
-                           [t for _, t in corpus.valid])
-    return tokenizer, data, n_dropped
+    train, n_train_dropped = encode_pairs(corpus.train, tokenizer, max_len)
+    valid, kept = encode_kept(corpus.valid, tokenizer, positions - 1)
+    data = TranslationData(train, valid, [corpus.valid[i][0] for i in kept],
+                           [corpus.valid[i][1] for i in kept])
+    return Prepared(tokenizer, data, n_train_dropped, len(corpus.valid) - len(kept))
+
+
+def prepare(corpus: Corpus, vocab_size: int, max_len: int | None,
+            tokenizer: Tokenizer | None = None) -> tuple[Tokenizer, TranslationData, int]:
+    """``prepare_corpus`` for a model of the default positional table: the tokenizer, the
+    data and how many training pairs were dropped."""
+    prepared = prepare_corpus(corpus, vocab_size, max_len, tokenizer)
+    return prepared.tokenizer, prepared.data, prepared.train_dropped

@@ -160,6 +160,28 @@ def test_a_blank_validation_file_is_refused_before_training(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_validation_pair_the_model_cannot_encode_is_dropped_and_counted(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus")
+    for lang in ("xx", "yy"):  # 1,100 words: more tokens than the positional table's 1,024
+        with open(corpus / f"valid.{lang}", "a") as file:
+            file.write(" ".join(["ka lo"] * 550) + "\n")
+    status = cli.main(["train", "--data", str(corpus), "--src-lang", "xx", "--tgt-lang", "yy",
+                       "--out", str(tmp_path / "run"), *TRAIN_ARGS])
+    assert status == 0
+    assert "6 validation (1 longer than the model's 1023 tokens dropped)" in (
+        capsys.readouterr().out)
+
+
+def test_a_max_len_beyond_the_positional_table_is_refused_before_reading_data(tmp_path, capsys):
+    status = cli.main(["train", "--data", str(tmp_path / "no-such-corpus"), "--max-len", "2000",
+                       "--out", str(tmp_path / "run"), *TRAIN_ARGS])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert "--max-len 2000 is more than the model can encode" in err
+    assert "1024 positions" in err and "--max-len 1023 or less" in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_text_that_was_not_utf8_is_refused_naming_the_sentence(trained_run, capsys,
                                                                 monkeypatch):
     _, run = trained_run

@@ -37,7 +37,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                       help="joint BPE vocabulary size (default 1000 built-in, 8000 folders)")
     data.add_argument("--max-len", type=at_least(1), default=100,
                       help="drop training pairs with more tokens than this on either side "
-                           "(default 100)")
+                           "(default 100; at most 1023, what the positional table holds)")
     model = p.add_argument_group("model")
     model.add_argument("--config", choices=["tiny", "small", "base", "big"],
                        help="model size (default tiny built-in, small folders)")
@@ -85,7 +85,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from .. import manual_seed
     from ..checkpoint import CheckpointError, load_checkpoint
-    from ..corpus import load_corpus, prepare
+    from ..corpus import check_max_len, load_corpus, prepare_corpus
     from ..data.errors import DataError
     from ..data.tokenizer import Tokenizer
     from ..nn import Transformer, TransformerConfig
@@ -108,13 +108,17 @@ def run_train(args: argparse.Namespace) -> int:
               "removing that folder).", file=sys.stderr)
         return 2
     try:
+        # the length of the model's positional table, known before its vocabulary is
+        positions = TransformerConfig.named(pick("config"), 1).max_len
+        check_max_len(args.max_len, positions)  # before any data is read
         corpus = load_corpus(args.data, args.src_lang, args.tgt_lang, seed=args.seed)
         tokenizer = None
         if args.resume:
             tokenizer = Tokenizer.from_bytes(
                 load_checkpoint(out / "checkpoints" / "last.npz").tokenizer_bytes)
-        tokenizer, data, n_dropped = prepare(corpus, pick("vocab_size"), args.max_len,
-                                             tokenizer)
+        prepared = prepare_corpus(corpus, pick("vocab_size"), args.max_len, tokenizer,
+                                  positions)
+        tokenizer, data = prepared.tokenizer, prepared.data
         train_config = TrainConfig(
             max_tokens=args.max_tokens, accumulate=args.accumulate, warmup_steps=pick("warmup"),
             lr_scale=pick("lr_scale"), label_smoothing=args.label_smoothing,
@@ -135,9 +139,11 @@ def run_train(args: argparse.Namespace) -> int:
     except (DataError, CheckpointError, ValueError) as exc:
         print(f"minitransformer train: {exc}", file=sys.stderr)
         return 2
+    valid_dropped = (f" ({prepared.valid_dropped:,} longer than the model's {positions - 1} "
+                     "tokens dropped)" if prepared.valid_dropped else "")
     print(f"{corpus.name} {corpus.src_lang}->{corpus.tgt_lang}: {len(data.train):,} training "
-          f"pairs ({n_dropped:,} longer than {args.max_len} tokens dropped), "
-          f"{len(data.valid):,} validation, {len(corpus.test):,} test; vocabulary "
+          f"pairs ({prepared.train_dropped:,} longer than {args.max_len} tokens dropped), "
+          f"{len(data.valid):,} validation{valid_dropped}, {len(corpus.test):,} test; vocabulary "
           f"{tokenizer.vocab_size:,}; model '{pick('config')}' with "
           f"{model.num_parameters():,} parameters; run folder {out}")
     out.mkdir(parents=True, exist_ok=True)

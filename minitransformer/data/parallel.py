@@ -71,6 +71,15 @@ def encode_pairs(pairs: Iterable[tuple[str, str]], tokenizer: Tokenizer,
     (BOS or EOS), so a kept target makes at most max_len + 1 decoder positions.
     Returns ``(kept, n_dropped)``; kept pairs keep their input order.
     """
+    pairs = list(pairs)
+    kept, _ = encode_kept(pairs, tokenizer, max_len)
+    return kept, len(pairs) - len(kept)
+
+
+def encode_kept(pairs: Iterable[tuple[str, str]], tokenizer: Tokenizer, max_len: int | None
+                ) -> tuple[list[tuple[list[int], list[int]]], list[int]]:
+    """``encode_pairs``' kept pairs, and their positions in ``pairs`` (to keep the text of
+    the same pairs)."""
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int)
                                 or max_len < 1):
         raise DataError(f"max_len must be a positive integer or None, got {max_len!r}; "
@@ -79,9 +88,9 @@ def encode_pairs(pairs: Iterable[tuple[str, str]], tokenizer: Tokenizer,
     src_ids = tokenizer.encode_batch([src for src, _ in pairs])
     tgt_ids = tokenizer.encode_batch([tgt for _, tgt in pairs])
     limit = float("inf") if max_len is None else max_len
-    kept = [(s, t) for s, t in zip(src_ids, tgt_ids, strict=True)
-            if 0 < len(s) <= limit and 0 < len(t) <= limit]
-    return kept, len(pairs) - len(kept)
+    positions = [i for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True))
+                 if 0 < len(s) <= limit and 0 < len(t) <= limit]
+    return [(src_ids[i], tgt_ids[i]) for i in positions], positions
 
 
 def _read_bytes(path: Path) -> bytes:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from minitransformer.corpus import load_corpus
+from minitransformer.corpus import Corpus, check_max_len, load_corpus, prepare_corpus
 from minitransformer.data import DataError
 
 
@@ -53,3 +53,20 @@ def test_the_builtin_task_accepts_its_own_languages_and_refuses_others():
     assert (corpus.src_lang, corpus.tgt_lang) == ("en", "vel") and corpus.valid
     with pytest.raises(DataError, match="--src-lang vel does not fit the built-in task"):
         load_corpus("builtin", "vel", "en", splits=["valid"])
+
+
+def test_validation_pairs_the_model_cannot_encode_are_dropped_with_their_text():
+    train = [("ka lo mi", "MI LO KA"), ("nu pe", "PE NU")] * 20
+    valid = [("ka lo", "LO KA"), ("ka " * 30, "KA " * 30), ("nu", "NU")]
+    corpus = Corpus("toy", "xx", "yy", train, valid, [])
+    prepared = prepare_corpus(corpus, 40, max_len=5, positions=12)
+    assert prepared.valid_dropped == 1 and len(prepared.data.valid) == 2
+    assert prepared.data.valid_sources == ["ka lo", "nu"]
+    assert prepared.data.valid_references == ["LO KA", "NU"]
+
+
+def test_a_max_len_the_positional_table_cannot_hold_is_refused():
+    check_max_len(1023, 1024)
+    with pytest.raises(DataError, match="--max-len 1024 is more than the model can encode: its "
+                                        "positional table has 1024 positions"):
+        check_max_len(1024, 1024)
