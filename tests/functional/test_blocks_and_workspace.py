@@ -10,6 +10,11 @@ import pytest
 import minitransformer as mt
 from minitransformer import functional as F
 from minitransformer.functional import _blocks, _workspace
+from minitransformer.gradcheck_cases import CASES, run_case
+
+# the Functions whose CPU kernels run in blocks of rows (for_blocks, for_element_blocks)
+BLOCKED = {"layer_norm", "cross_entropy", "dropout", "linear_relu", "relu",
+           "scaled_dot_product_attention"}
 
 
 def _loss_and_grad(logits, targets):
@@ -28,6 +33,27 @@ def test_cross_entropy_in_many_blocks_equals_one_block(monkeypatch):
     many_loss, many_grad = _loss_and_grad(logits, targets)
     assert many_loss == one_loss
     np.testing.assert_array_equal(many_grad, one_grad)
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"{c.name}-{c.note or 'plain'}")
+                                  for c in CASES])
+def test_gradcheck_in_blocks_of_one_row_on_worker_threads(monkeypatch, case):
+    """The block loops themselves, by finite differences in float64: every row its own block,
+    blocks on two worker threads, and every array taken from the reused workspace."""
+    monkeypatch.setattr(_blocks, "BLOCK_BYTES", 1)
+    monkeypatch.setattr(_blocks, "WORKERS", 2)
+    monkeypatch.setattr(_workspace, "MIN_BYTES", 0)
+    blocks = []
+    as_task = _blocks._as_worker_task
+
+    def counted(function):
+        task = as_task(function)
+        return lambda item: (blocks.append(item), task(item))[1]
+    monkeypatch.setattr(_blocks, "_as_worker_task", counted)
+    report = run_case(case)
+    assert report.passed and report.max_rel_error < 1e-6, str(report)
+    if case.name in BLOCKED:
+        assert len(blocks) > 1, f"{case.name}: its kernels never ran in blocks"
 
 
 def test_for_blocks_covers_every_row_once():
