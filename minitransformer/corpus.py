@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .data.builtin import SOURCE_LANGUAGE, TARGET_LANGUAGE, builtin_task
 from .data.errors import DataError
-from .data.parallel import encode_kept, encode_pairs, read_parallel
+from .data.parallel import Dropped, encode_kept, read_parallel
 from .data.tokenizer import Tokenizer
 from .nn.config import TransformerConfig
 from .train import TranslationData
@@ -112,12 +112,12 @@ def _languages(folder: Path, splits: tuple[str, ...], src: str | None,
 @dataclass
 class Prepared:
     """What ``prepare_corpus`` makes: the tokenizer, the data, and how many training and
-    validation pairs were dropped."""
+    validation pairs were dropped, and why."""
 
     tokenizer: Tokenizer
     data: TranslationData
-    train_dropped: int
-    valid_dropped: int
+    train_dropped: Dropped
+    valid_dropped: Dropped
 
 
 def check_max_len(max_len: int | None, positions: int = POSITIONS) -> None:
@@ -133,23 +133,24 @@ def check_max_len(max_len: int | None, positions: int = POSITIONS) -> None:
 def prepare_corpus(corpus: Corpus, vocab_size: int, max_len: int | None,
                    tokenizer: Tokenizer | None = None, positions: int = POSITIONS) -> Prepared:
     """Train a joint BPE tokenizer on the training text (unless given) and encode the
-    training and validation pairs, dropping training pairs longer than ``max_len`` tokens and
-    validation pairs longer than the model can encode (``positions``, the length of its
-    positional table, less one for BOS or EOS), each with their text."""
+    training and validation pairs, dropping pairs with an empty side, training pairs longer
+    than ``max_len`` tokens and validation pairs longer than the model can encode
+    (``positions``, the length of its positional table, less one for BOS or EOS), each with
+    their text."""
     check_max_len(max_len, positions)
     if tokenizer is None:
         text = [s for pair in corpus.train for s in pair]
         tokenizer = Tokenizer.train(text, vocab_size)
-    train, n_train_dropped = encode_pairs(corpus.train, tokenizer, max_len)
-    valid, kept = encode_kept(corpus.valid, tokenizer, positions - 1)
+    train, _, train_dropped = encode_kept(corpus.train, tokenizer, max_len)
+    valid, kept, valid_dropped = encode_kept(corpus.valid, tokenizer, positions - 1)
     data = TranslationData(train, valid, [corpus.valid[i][0] for i in kept],
                            [corpus.valid[i][1] for i in kept])
-    return Prepared(tokenizer, data, n_train_dropped, len(corpus.valid) - len(kept))
+    return Prepared(tokenizer, data, train_dropped, valid_dropped)
 
 
 def prepare(corpus: Corpus, vocab_size: int, max_len: int | None,
             tokenizer: Tokenizer | None = None) -> tuple[Tokenizer, TranslationData, int]:
     """``prepare_corpus`` for a model of the default positional table: the tokenizer, the
-    data and how many training pairs were dropped."""
+    data and how many training pairs were dropped (too long or with an empty side)."""
     prepared = prepare_corpus(corpus, vocab_size, max_len, tokenizer)
-    return prepared.tokenizer, prepared.data, prepared.train_dropped
+    return prepared.tokenizer, prepared.data, prepared.train_dropped.total

@@ -172,6 +172,21 @@ def test_a_validation_pair_the_model_cannot_encode_is_dropped_and_counted(tmp_pa
         capsys.readouterr().out)
 
 
+def test_pairs_with_an_empty_side_are_not_counted_as_too_long(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus")
+    for split in ("train", "valid"):
+        with open(corpus / f"{split}.xx", "a") as file:
+            file.write("\n")  # an empty source
+        with open(corpus / f"{split}.yy", "a") as file:
+            file.write("KA LO\n")
+    status = cli.main(["train", "--data", str(corpus), "--src-lang", "xx", "--tgt-lang", "yy",
+                       "--out", str(tmp_path / "run"), *TRAIN_ARGS])
+    assert status == 0
+    out = capsys.readouterr().out
+    assert "80 training pairs (0 longer than 100 tokens and 1 with an empty side dropped)" in out
+    assert "6 validation (1 with an empty side dropped)" in out
+
+
 def test_a_max_len_beyond_the_positional_table_is_refused_before_reading_data(tmp_path, capsys):
     status = cli.main(["train", "--data", str(tmp_path / "no-such-corpus"), "--max-len", "2000",
                        "--out", str(tmp_path / "run"), *TRAIN_ARGS])

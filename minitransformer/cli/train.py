@@ -6,8 +6,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .values import at_least, positive_float, probability
+
+if TYPE_CHECKING:
+    from ..data.parallel import Dropped
 
 # What "sensible defaults" means depends on the data: the built-in task is small and trains in
 # minutes; a real corpus (Multi30k) wants the `small` model and the paper's recipe.
@@ -139,10 +143,10 @@ def run_train(args: argparse.Namespace) -> int:
     except (DataError, CheckpointError, ValueError) as exc:
         print(f"minitransformer train: {exc}", file=sys.stderr)
         return 2
-    valid_dropped = (f" ({prepared.valid_dropped:,} longer than the model's {positions - 1} "
-                     "tokens dropped)" if prepared.valid_dropped else "")
+    train_dropped = _dropped(prepared.train_dropped, f"{args.max_len} tokens", always=True)
+    valid_dropped = _dropped(prepared.valid_dropped, f"the model's {positions - 1} tokens")
     print(f"{corpus.name} {corpus.src_lang}->{corpus.tgt_lang}: {len(data.train):,} training "
-          f"pairs ({prepared.train_dropped:,} longer than {args.max_len} tokens dropped), "
+          f"pairs{train_dropped}, "
           f"{len(data.valid):,} validation{valid_dropped}, {len(corpus.test):,} test; vocabulary "
           f"{tokenizer.vocab_size:,}; model '{pick('config')}' with "
           f"{model.num_parameters():,} parameters; run folder {out}")
@@ -169,3 +173,14 @@ def run_train(args: argparse.Namespace) -> int:
     results = score_test_set(out / "checkpoints" / "final.npz", corpus.test, args.beam, out)
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     return 0
+
+
+def _dropped(dropped: Dropped, limit: str, always: bool = False) -> str:
+    """" (3 longer than 100 tokens and 1 with an empty side dropped)", or "" when none were
+    and not ``always``."""
+    if not dropped.total and not always:
+        return ""
+    reasons = [f"{dropped.too_long:,} longer than {limit}"] if dropped.too_long or always else []
+    if dropped.empty:
+        reasons.append(f"{dropped.empty:,} with an empty side")
+    return f" ({' and '.join(reasons)} dropped)"

@@ -9,6 +9,7 @@ later pair out of alignment.
     read_lines(path)                     the sentences of one file
     read_parallel(src_path, tgt_path)    [(source, target), ...], counts checked
     encode_pairs(pairs, tok, max_len)    token ids, too long or empty pairs dropped
+    encode_kept(pairs, tok, max_len)     the same, with which were kept and why not
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import gzip
 import os
 import zlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import DataError
@@ -62,6 +64,18 @@ def read_parallel(src_path: str | os.PathLike,
     return list(zip(src, tgt, strict=True))
 
 
+@dataclass(frozen=True)
+class Dropped:
+    """How many pairs ``encode_kept`` dropped, by reason."""
+
+    empty: int = 0     # the source or the target encodes to no token
+    too_long: int = 0  # neither side is empty, but one has more than max_len tokens
+
+    @property
+    def total(self) -> int:
+        return self.empty + self.too_long
+
+
 def encode_pairs(pairs: Iterable[tuple[str, str]], tokenizer: Tokenizer,
                  max_len: int | None) -> tuple[list[tuple[list[int], list[int]]], int]:
     """Token ids of each pair (no BOS/EOS), keeping those fit to train on.
@@ -69,17 +83,18 @@ def encode_pairs(pairs: Iterable[tuple[str, str]], tokenizer: Tokenizer,
     A pair is dropped when its source or target encodes to no token, or to more than
     ``max_len`` tokens (``None``: no limit). The decoder sees one more position than the target
     (BOS or EOS), so a kept target makes at most max_len + 1 decoder positions.
-    Returns ``(kept, n_dropped)``; kept pairs keep their input order.
+    Returns ``(kept, n_dropped)``; kept pairs keep their input order. ``encode_kept`` says
+    which pairs were kept, and why the others were not.
     """
-    pairs = list(pairs)
-    kept, _ = encode_kept(pairs, tokenizer, max_len)
-    return kept, len(pairs) - len(kept)
+    kept, _, dropped = encode_kept(pairs, tokenizer, max_len)
+    return kept, dropped.total
 
 
 def encode_kept(pairs: Iterable[tuple[str, str]], tokenizer: Tokenizer, max_len: int | None
-                ) -> tuple[list[tuple[list[int], list[int]]], list[int]]:
-    """``encode_pairs``' kept pairs, and their positions in ``pairs`` (to keep the text of
-    the same pairs)."""
+                ) -> tuple[list[tuple[list[int], list[int]]], list[int], Dropped]:
+    """``encode_pairs``' kept pairs, their positions in ``pairs`` (to keep the text of the
+    same pairs), and the count of the others by reason (an empty side counts as empty even
+    when the other side is too long)."""
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int)
                                 or max_len < 1):
         raise DataError(f"max_len must be a positive integer or None, got {max_len!r}; "
@@ -88,9 +103,14 @@ def encode_kept(pairs: Iterable[tuple[str, str]], tokenizer: Tokenizer, max_len:
     src_ids = tokenizer.encode_batch([src for src, _ in pairs])
     tgt_ids = tokenizer.encode_batch([tgt for _, tgt in pairs])
     limit = float("inf") if max_len is None else max_len
-    positions = [i for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True))
-                 if 0 < len(s) <= limit and 0 < len(t) <= limit]
-    return [(src_ids[i], tgt_ids[i]) for i in positions], positions
+    positions, empty = [], 0
+    for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
+        if not s or not t:
+            empty += 1
+        elif len(s) <= limit and len(t) <= limit:
+            positions.append(i)
+    kept = [(src_ids[i], tgt_ids[i]) for i in positions]
+    return kept, positions, Dropped(empty, len(pairs) - len(kept) - empty)
 
 
 def _read_bytes(path: Path) -> bytes:

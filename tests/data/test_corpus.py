@@ -60,7 +60,7 @@ def test_validation_pairs_the_model_cannot_encode_are_dropped_with_their_text():
     valid = [("ka lo", "LO KA"), ("ka " * 30, "KA " * 30), ("nu", "NU")]
     corpus = Corpus("toy", "xx", "yy", train, valid, [])
     prepared = prepare_corpus(corpus, 40, max_len=5, positions=12)
-    assert prepared.valid_dropped == 1 and len(prepared.data.valid) == 2
+    assert prepared.valid_dropped.too_long == 1 and len(prepared.data.valid) == 2
     assert prepared.data.valid_sources == ["ka lo", "nu"]
     assert prepared.data.valid_references == ["LO KA", "NU"]
 

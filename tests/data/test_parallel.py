@@ -119,6 +119,23 @@ def test_encode_pairs_filters_long_and_empty():
     assert (len(kept), dropped) == (4, 2)
 
 
+def test_encode_kept_counts_empty_and_long_pairs_apart():
+    from minitransformer.data.parallel import Dropped, encode_kept
+    pairs = [
+        ("a b", "c"),            # kept
+        ("a b c d", "e"),        # source too long
+        ("", "x"),               # empty source
+        ("x", "   "),            # target encodes to nothing
+        ("", "a b c d"),         # empty and too long: counted as empty
+        ("a b c", "d e f"),      # kept
+    ]
+    kept, positions, dropped = encode_kept(pairs, WordTokenizer(), max_len=3)
+    assert dropped == Dropped(empty=3, too_long=1) and dropped.total == 4
+    assert positions == [0, 5] and kept == [([5, 5], [5]), ([5, 5, 5], [5, 5, 5])]
+    _, _, dropped = encode_kept(pairs, WordTokenizer(), max_len=None)
+    assert dropped == Dropped(empty=3, too_long=0)
+
+
 def test_encode_pairs_with_a_real_tokenizer():
     pairs = [("ein Hund läuft", "a dog runs"), ("zwei Katzen", "two cats"), ("", "nothing")]
     tok = Tokenizer.train([s for pair in pairs for s in pair], vocab_size=40)
