@@ -55,3 +55,40 @@ def test_positions_schedule_curves_and_gradcheck(tmp_path, capsys):
         assert out.stat().st_size > 0
     assert cli.main(["plot", "curves", str(tmp_path / "missing.jsonl")]) == 2
     assert "no log at" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, message", [
+    ("step 1 loss 3.0\n", "line 1 is not JSON, so this is not a run's log"),
+    ('{"step": 1, "loss": 3.0}\n[1, 2]\n', "line 2 is not a training or validation record"),
+    ('{"loss": 3.0}\n', "line 1 is not a training or validation record"),
+    ('{"validation": {"step": 1}}\n', "line 1 is not a training or validation record"),
+])
+def test_a_log_that_is_not_a_runs_log_is_explained(text, message, tmp_path, capsys):
+    log = tmp_path / "log.jsonl"
+    log.write_text(text)
+    assert cli.main(["plot", "curves", str(log), "--out", str(tmp_path / "c.png")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_a_log_that_is_not_text_is_explained(tmp_path, capsys):
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(b"PK\x03\x04\xff\xfe binary")
+    assert cli.main(["plot", "curves", str(log)]) == 2
+    assert "is not a text file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["positions", "--length", "0"], "argument --length: must be a whole number of at least 1"),
+    (["positions", "--d-model", "-3"], "argument --d-model: must be a whole number of at least"),
+    (["schedule", "--warmup", "0"], "argument --warmup: must be a whole number of at least 1"),
+    (["schedule", "--d-model", "0"], "argument --d-model: must be a whole number of at least 1"),
+    (["schedule", "--steps", "-5"], "argument --steps: must be a whole number of at least 1"),
+    (["schedule", "--scale", "0"], "argument --scale: must be greater than 0"),
+])
+def test_sizes_that_cannot_be_drawn_stop_the_command_while_parsing(argv, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["plot", *argv])
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err

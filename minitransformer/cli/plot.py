@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+from typing import Any
+
+from .values import at_least, positive_float
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -22,16 +26,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     a.set_defaults(run=run_attention)
 
     e = which.add_parser("positions", help="the sinusoidal positional-encoding table")
-    e.add_argument("--d-model", type=int, default=64)
-    e.add_argument("--length", type=int, default=100)
+    e.add_argument("--d-model", type=at_least(1), default=64, help="dimensions (default 64)")
+    e.add_argument("--length", type=at_least(1), default=100, help="positions (default 100)")
     e.add_argument("--out", default="positions.png")
     e.set_defaults(run=run_positions)
 
     s = which.add_parser("schedule", help="the learning-rate schedule of §5.3")
-    s.add_argument("--d-model", type=int, default=512)
-    s.add_argument("--warmup", type=int, default=4000)
-    s.add_argument("--scale", type=float, default=1.0)
-    s.add_argument("--steps", type=int, default=20000)
+    s.add_argument("--d-model", type=at_least(1), default=512, help="d_model (default 512)")
+    s.add_argument("--warmup", type=at_least(1), default=4000, help="warmup steps (default 4000)")
+    s.add_argument("--scale", type=positive_float, default=1.0,
+                   help="factor on the rate (default 1.0)")
+    s.add_argument("--steps", type=at_least(1), default=20000,
+                   help="steps drawn (default 20000)")
     s.add_argument("--out", default="schedule.png")
     s.set_defaults(run=run_schedule)
 
@@ -120,18 +126,55 @@ def run_schedule(args: argparse.Namespace) -> int:
 
 
 def run_curves(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from .. import viz
 
     if not Path(args.log).is_file():
         print(f"minitransformer plot curves: no log at {args.log}; a run writes "
               "RUN/log.jsonl.", file=sys.stderr)
         return 2
+    problem = _log_problem(Path(args.log))
+    if problem:
+        print(f"minitransformer plot curves: {problem}", file=sys.stderr)
+        return 2
     _matplotlib()
     viz.training_curves(args.log, path=args.out)
     print(f"wrote {args.out}")
     return 0
+
+
+def _log_problem(log: Path) -> str | None:
+    """Why ``log`` is not a run's log.jsonl (one JSON object per line, a training record with
+    "step" and "loss", a validation record with "validation": {"step", "valid_loss"}), or
+    None if it is one."""
+    import json
+
+    fix = "give the log.jsonl that `minitransformer train` writes in its run folder."
+    try:
+        lines = log.read_bytes().decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        return f"{log} is not a text file; {fix}"
+    except OSError as exc:
+        return f"{log} could not be read ({exc.strerror or exc}); {fix}"
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record: Any = json.loads(line)
+        except ValueError:
+            return f"{log}: line {number} is not JSON, so this is not a run's log; {fix}"
+        validation = record.get("validation") if isinstance(record, dict) else None
+        if not isinstance(record, dict) or (
+                "loss" in record and not _numbers(record, "step", "loss")) or (
+                "validation" in record and not _numbers(validation, "step", "valid_loss")):
+            return (f"{log}: line {number} is not a training or validation record of a run's "
+                    f"log; {fix}")
+    return None
+
+
+def _numbers(record: Any, *keys: str) -> bool:
+    return isinstance(record, dict) and all(
+        isinstance(record.get(key), int | float) and not isinstance(record.get(key), bool)
+        for key in keys)
 
 
 def run_gradcheck(args: argparse.Namespace) -> int:
