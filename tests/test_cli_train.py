@@ -225,6 +225,9 @@ def test_an_output_that_cannot_be_written_is_refused_before_translating(trained_
     (["train", "--dropout", "1.5"], "argument --dropout: must satisfy 0 <= value < 1"),
     (["train", "--max-steps", "0"], "argument --max-steps: must be a whole number of at least 1"),
     (["train", "--time-budget", "nan"], "argument --time-budget: must be a finite number"),
+    (["train", "--vocab-size", "3"], "argument --vocab-size: must be a whole number from 6 "
+                                     "(the 4 special pieces, the word boundary and one "
+                                     "character) to 1,000,000, got 3"),
     (["translate", "--checkpoint", "x.npz", "--beam", "0", "hi"],
      "argument --beam: must be a whole number of at least 1, got 0"),
 ])

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from .values import vocabulary_size
+
 PAPER_PARAMETERS = {"base": "65M", "big": "213M"}
 
 
@@ -18,7 +20,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                     "with its parameter count. Shared embeddings are counted once.",
     )
     info.add_argument("--config", default="base", help="tiny, small, base or big (default base)")
-    info.add_argument("--vocab-size", type=int, default=37000,
+    info.add_argument("--vocab-size", type=vocabulary_size, default=37000,
                       help="shared source/target vocabulary size (default 37000, the paper's "
                            "English-German BPE vocabulary)")
     info.add_argument("--json", action="store_true",
@@ -34,12 +36,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"minitransformer info: unknown configuration {args.config!r}; choose one of "
               f"{', '.join(NAMED_CONFIGS)}.", file=sys.stderr)
         return 2
-    if args.vocab_size < 4:
-        print(f"minitransformer info: --vocab-size must be at least 4 (padding, unknown, "
-              f"begin and end of sentence), got {args.vocab_size}.", file=sys.stderr)
-        return 2
     config = TransformerConfig.named(args.config, args.vocab_size)
-    model = Transformer(config)
+    try:
+        model = Transformer(config)
+    except MemoryError:
+        print(f"minitransformer info: the '{args.config}' model with a vocabulary of "
+              f"{args.vocab_size:,} does not fit in this machine's memory; give a smaller "
+              "--vocab-size or --config.", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps({"config": args.config, "settings": config.to_dict(),
                           "num_parameters": model.num_parameters(),

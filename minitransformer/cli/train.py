@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .values import at_least, positive_float, probability
+from .values import at_least, positive_float, probability, vocabulary_size
 
 if TYPE_CHECKING:
     from ..data.parallel import Dropped
@@ -37,7 +37,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                            "(default: builtin)")
     data.add_argument("--src-lang", help="source language suffix (Multi30k: de)")
     data.add_argument("--tgt-lang", help="target language suffix (Multi30k: en)")
-    data.add_argument("--vocab-size", type=int,
+    data.add_argument("--vocab-size", type=vocabulary_size,
                       help="joint BPE vocabulary size (default 1000 built-in, 8000 folders)")
     data.add_argument("--max-len", type=at_least(1), default=100,
                       help="drop training pairs with more tokens than this on either side "

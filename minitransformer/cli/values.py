@@ -46,3 +46,20 @@ def probability(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must satisfy 0 <= value < 1, got {value:g}")
     return value
 
+
+
+# A SentencePiece BPE vocabulary holds the tokenizer's 4 special pieces (pad, unk, bos, eos),
+# the word boundary "▁" and at least one character: 6 pieces at the least. The largest is far
+# above any vocabulary in use (the paper's are 37,000 and 32,000), below sizes whose embedding
+# tables alone would not fit in memory.
+SMALLEST_VOCABULARY, LARGEST_VOCABULARY = 6, 1_000_000
+
+
+def vocabulary_size(text: str) -> int:
+    """A BPE vocabulary size SentencePiece can build, within reason."""
+    value = _number(text, int)
+    if not SMALLEST_VOCABULARY <= value <= LARGEST_VOCABULARY:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number from {SMALLEST_VOCABULARY} (the 4 special pieces, the word "
+            f"boundary and one character) to {LARGEST_VOCABULARY:,}, got {value}")
+    return value
