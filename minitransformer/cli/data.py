@@ -31,11 +31,28 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_multi30k(args: argparse.Namespace) -> int:
+    """Exit status 2 for a --dest or --base-url that cannot work (the input), 1 for a download
+    that failed (the network, or a server whose file does not verify: retrying may help)."""
+    from pathlib import Path
+
     from ..data.errors import DataError
     from ..data.multi30k import DEFAULT_BASE_URL, download_multi30k
 
+    base_url = args.base_url or DEFAULT_BASE_URL
+    if not base_url.startswith(("http://", "https://")):
+        print(f"minitransformer data multi30k: --base-url {base_url} is not an http:// or "
+              "https:// address; give the URL of a folder that holds the six .gz files.",
+              file=sys.stderr)
+        return 2
+    dest = Path(args.dest).expanduser()
     try:
-        folder = download_multi30k(args.dest, args.base_url or DEFAULT_BASE_URL)
+        dest.mkdir(parents=True, exist_ok=True)
+        folder = download_multi30k(dest, base_url)
+    except OSError as exc:  # --dest is a file, or a place that cannot be written
+        print(f"minitransformer data multi30k: cannot write into --dest {args.dest} "
+              f"({exc.strerror or exc}); give a folder that can be created or written.",
+              file=sys.stderr)
+        return 2
     except DataError as exc:
         print(f"minitransformer data multi30k: {exc}", file=sys.stderr)
         return 1
