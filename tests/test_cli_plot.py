@@ -87,8 +87,9 @@ def test_a_log_that_is_not_text_is_explained(tmp_path, capsys):
     (["schedule", "--steps", "-5"], "argument --steps: must be a whole number of at least 1"),
     (["schedule", "--scale", "0"], "argument --scale: must be greater than 0"),
 ])
-def test_sizes_that_cannot_be_drawn_stop_the_command_while_parsing(argv, message, capsys):
+def test_sizes_that_cannot_be_drawn_stop_the_command_while_parsing(argv, message, capsys,
+                                                                   tmp_path):
     with pytest.raises(SystemExit) as stop:
-        cli.main(["plot", *argv])
+        cli.main(["plot", *argv, "--out", str(tmp_path / "never.png")])
     assert stop.value.code == 2
     assert message in capsys.readouterr().err
