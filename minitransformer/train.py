@@ -103,8 +103,8 @@ class Trainer:
         self.batcher = TokenBatcher(data.train, config.max_tokens, shuffle=True, seed=config.seed)
         if not data.valid:  # found now, not at the first validation, after training steps
             raise DataError("there are no validation pairs: the validation file is empty or "
-                            "blank, or every pair is longer than max_len; give a validation "
-                            "file with sentences in it.")
+                            "blank, or every pair has an empty side or is longer than the model "
+                            "can encode; give a validation file with sentences in it.")
         self.state = {"step": 0, "epoch": 0, "batch": 0, "elapsed": 0.0, "tokens": 0,
                       "best_valid_loss": None, "seed": config.seed}
 

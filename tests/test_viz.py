@@ -1,6 +1,9 @@
 """Pictures are written, and misuse gets a clear error."""
 
 import json
+import os
+import subprocess
+import sys
 
 import matplotlib
 import numpy as np
@@ -31,3 +34,19 @@ def test_training_curves_read_a_run_log(tmp_path):
     log.write_text("".join(json.dumps(line) + "\n" for line in lines))
     viz.training_curves(log, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_training_curves_read_the_log_as_utf8_whatever_the_locale(tmp_path):
+    """A log with a German validation sample, read where the locale's encoding is ASCII."""
+    log = tmp_path / "log.jsonl"
+    record = {"validation": {"step": 1, "valid_loss": 2.0, "sample": ["Ein Mädchen", "A girl"]}}
+    log.write_text(json.dumps({"step": 1, "loss": 3.0}) + "\n"
+                   + json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
+           "PYTHONCOERCECLOCALE": "0", "MPLBACKEND": "Agg"}
+    script = ("import sys; from minitransformer import viz; "
+              "viz.training_curves(sys.argv[1], sys.argv[2])")
+    done = subprocess.run([sys.executable, "-c", script, str(log), str(tmp_path / "c.png")],
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "c.png").stat().st_size > 0
