@@ -144,7 +144,7 @@ def prepare_corpus(corpus: Corpus, vocab_size: int, max_len: int | None,
     train, _, train_dropped = encode_kept(corpus.train, tokenizer, max_len)
     valid, kept, valid_dropped = encode_kept(corpus.valid, tokenizer, positions - 1)
     data = TranslationData(train, valid, [corpus.valid[i][0] for i in kept],
-                           [corpus.valid[i][1] for i in kept])
+                           [corpus.valid[i][1] for i in kept], corpus.src_lang, corpus.tgt_lang)
     return Prepared(tokenizer, data, train_dropped, valid_dropped)
 
 

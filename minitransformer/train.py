@@ -85,12 +85,15 @@ class TrainConfig:
 
 @dataclass
 class TranslationData:
-    """Token-id pairs (no BOS/EOS) for training and validation, and the validation text."""
+    """Token-id pairs (no BOS/EOS) for training and validation, the validation text, and the
+    languages translated (recorded in every checkpoint when known)."""
 
     train: list[tuple[list[int], list[int]]]
     valid: list[tuple[list[int], list[int]]]
     valid_sources: list[str] = field(default_factory=list)
     valid_references: list[str] = field(default_factory=list)
+    src_lang: str | None = None
+    tgt_lang: str | None = None
 
 
 class Trainer:
@@ -296,9 +299,12 @@ class Trainer:
         if improved:
             state["best_valid_loss"] = result["valid_loss"]
         step_path = self.checkpoints / f"step-{state['step']:07d}.npz"
+        record = {"trainer": dict(state), "train_config": asdict(self.config),
+                  "validation": result}
+        if self.data.src_lang and self.data.tgt_lang:  # evaluate reads the same direction
+            record["languages"] = [self.data.src_lang, self.data.tgt_lang]
         save_checkpoint(step_path, self.model, self.optimizer, self.tokenizer.to_bytes(),
-                        {"trainer": dict(state), "train_config": asdict(self.config),
-                         "validation": result})
+                        record)
         _link_atomically(step_path, self.checkpoints / "last.npz")
         if improved:
             _link_atomically(step_path, self.checkpoints / "best.npz")

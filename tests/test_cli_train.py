@@ -7,6 +7,7 @@ import random
 import pytest
 
 from minitransformer import cli
+from minitransformer.checkpoint import load_checkpoint
 
 TRAIN_ARGS = ["--config", "tiny", "--vocab-size", "40", "--max-steps", "4", "--eval-every",
               "2", "--bleu-sentences", "4", "--max-tokens", "200", "--warmup", "10",
@@ -113,12 +114,33 @@ def test_evaluate_reads_only_the_split_it_scores(trained_run, tmp_path, capsys):
      "--split chooses what to read from --data, which was not given"),
     (["--src", "s.txt", "--ref", "r.txt", "--src-lang", "de", "--tgt-lang", "en"],
      "--src-lang and --tgt-lang choose what to read from --data, which was not given"),
-    (["--data", "builtin", "--src-lang", "de", "--tgt-lang", "fr"],
-     "--src-lang de does not fit the built-in task, which translates en to vel"),
 ])
 def test_evaluate_refuses_options_it_would_ignore(options, message, tmp_path, capsys):
     assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "x.npz"), *options]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_checkpoints_record_the_direction_and_evaluate_reads_it(trained_run, capsys):
+    """A folder with xx and yy files and no languages given: evaluate scores xx -> yy, the
+    direction the checkpoint was trained on (a reversed direction would score garbage)."""
+    corpus, run = trained_run
+    checkpoint = run / "checkpoints" / "best.npz"
+    assert load_checkpoint(checkpoint).state["languages"] == ["xx", "yy"]
+    assert load_checkpoint(run / "checkpoints" / "averaged.npz").state["languages"] == \
+        ["xx", "yy"]
+    # two languages beside each other and none given: only the checkpoint tells the direction
+    assert cli.main(["evaluate", "--checkpoint", str(checkpoint), "--data", str(corpus),
+                     "--beam", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sentences"] == 5
+    for options, message in (
+            (["--data", str(corpus), "--src-lang", "yy"],
+             "--src-lang yy does not fit"),
+            (["--data", str(corpus), "--tgt-lang", "xx"],
+             "which was trained to translate xx to yy"),
+            (["--data", "builtin"],
+             "translates xx to yy, but the built-in task is en to vel")):
+        assert cli.main(["evaluate", "--checkpoint", str(checkpoint), *options]) == 2
+        assert message in capsys.readouterr().err
 
 
 def test_the_builtin_task_takes_only_its_own_languages(tmp_path, capsys):

@@ -54,6 +54,13 @@ def _checkpoint_options(p: argparse.ArgumentParser) -> None:
 
 def load_translator(path: str | Path) -> tuple[Any, Any]:
     """The model and tokenizer stored in a checkpoint."""
+    model, tokenizer, _ = _load_translator_and_languages(path)
+    return model, tokenizer
+
+
+def _load_translator_and_languages(path: str | Path) -> tuple[Any, Any, tuple[str, str] | None]:
+    """The model, the tokenizer and the (source, target) languages it was trained on, when the
+    checkpoint records them (`train` does, for a corpus with named languages)."""
     from ..checkpoint import CheckpointError, load_checkpoint, restore_model
     from ..data.tokenizer import Tokenizer
 
@@ -61,7 +68,35 @@ def load_translator(path: str | Path) -> tuple[Any, Any]:
     if checkpoint.tokenizer_bytes is None:
         raise CheckpointError(f"{path} holds no tokenizer, so it cannot translate text; use "
                               "a checkpoint written by `minitransformer train`.")
-    return restore_model(checkpoint), Tokenizer.from_bytes(checkpoint.tokenizer_bytes)
+    languages = checkpoint.state.get("languages")
+    if not (isinstance(languages, list) and len(languages) == 2
+            and all(isinstance(lang, str) and lang for lang in languages)):
+        languages = None
+    return (restore_model(checkpoint), Tokenizer.from_bytes(checkpoint.tokenizer_bytes),
+            None if languages is None else (languages[0], languages[1]))
+
+
+def _direction(args: argparse.Namespace, trained: tuple[str, str] | None
+               ) -> tuple[str | None, str | None]:
+    """The languages to read from --data: those given, else those the checkpoint was trained
+    on (so a de -> en model is not scored on en -> de); given ones must agree with them."""
+    from ..data.builtin import SOURCE_LANGUAGE, TARGET_LANGUAGE
+    from ..data.errors import DataError
+
+    if trained is None:
+        return args.src_lang, args.tgt_lang
+    src, tgt = trained
+    for flag, given, recorded in (("--src-lang", args.src_lang, src),
+                                  ("--tgt-lang", args.tgt_lang, tgt)):
+        if given and given != recorded:
+            raise DataError(f"{flag} {given} does not fit {args.checkpoint}, which was trained "
+                            f"to translate {src} to {tgt}; leave {flag} out, or give a "
+                            "checkpoint trained in that direction.")
+    if args.data == "builtin" and (src, tgt) != (SOURCE_LANGUAGE, TARGET_LANGUAGE):
+        raise DataError(f"{args.checkpoint} translates {src} to {tgt}, but the built-in task "
+                        f"is {SOURCE_LANGUAGE} to {TARGET_LANGUAGE}; give --data a folder of "
+                        f"{src} and {tgt} files.")
+    return src, tgt
 
 
 def run_translate(args: argparse.Namespace) -> int:
@@ -103,17 +138,17 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if contradiction:
         print(f"minitransformer evaluate: {contradiction}", file=sys.stderr)
         return 2
+    if not args.data and not (args.src and args.ref):
+        print("minitransformer evaluate: give --src and --ref, or --data.", file=sys.stderr)
+        return 2
     try:
+        model, tokenizer, trained = _load_translator_and_languages(args.checkpoint)
         if args.data:
             split = args.split or "test"
-            corpus = load_corpus(args.data, args.src_lang, args.tgt_lang, splits=[split])
+            corpus = load_corpus(args.data, *_direction(args, trained), splits=[split])
             pairs = getattr(corpus, split)
-        elif args.src and args.ref:
-            pairs = read_parallel(args.src, args.ref)
         else:
-            print("minitransformer evaluate: give --src and --ref, or --data.", file=sys.stderr)
-            return 2
-        model, tokenizer = load_translator(args.checkpoint)
+            pairs = read_parallel(args.src, args.ref)
         _check_output(args.output)
     except (CheckpointError, DataError) as exc:
         print(f"minitransformer evaluate: {exc}", file=sys.stderr)
