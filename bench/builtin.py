@@ -1,0 +1,92 @@
+"""Train the `tiny` Transformer on the built-in task with `minitransformer train`'s defaults.
+
+    python bench/builtin.py                        # results in bench/results/builtin/
+    python bench/builtin.py --out /tmp/builtin     # elsewhere
+
+This is the run the README quotes: `minitransformer train` with nothing but a run folder
+(the built-in English->Velish task, the `tiny` model, 1,200 steps, validation every 300),
+timed, then `minitransformer evaluate` on its final checkpoint with beam 4 and greedy search.
+The checkpoints stay in a scratch run folder (--run, by default a temporary one); what is
+kept in --out is text: the command lines, the trainer's output, its log.jsonl, run.json and
+results.json, the test translations, both evaluations and a summary (builtin.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from machine import machine
+
+KEPT = ("run.json", "log.jsonl", "results.json", "test.greedy.txt", "test.beam4.txt")
+
+
+def run(command: list[str], log: Path) -> tuple[str, float]:
+    """Run one `minitransformer` command, echo and keep its output; (stdout, seconds)."""
+    print("$ " + " ".join(command), flush=True)
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    output = done.stdout + done.stderr
+    log.write_text(output)
+    print(output, flush=True)
+    if done.returncode:
+        sys.exit(f"{command[1]} failed with exit status {done.returncode}")
+    return done.stdout, seconds
+
+
+def source_version() -> dict:
+    """The commit the package was at, and the files of the package changed since (if any)."""
+    root = Path(__file__).resolve().parents[1]
+    git = lambda *a: subprocess.run(["git", *a], cwd=root, capture_output=True,  # noqa: E731
+                                    text=True).stdout.rstrip()
+    return {"commit": git("rev-parse", "HEAD"),
+            "changed": git("status", "--porcelain", "--", "minitransformer").splitlines()}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "builtin"))
+    parser.add_argument("--run", default=None, help="run folder for the checkpoints "
+                        "(default: a temporary folder, removed at the end)")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = None if args.run else tempfile.mkdtemp(prefix="builtin-")
+    run_dir = Path(args.run or scratch) / "builtin-tiny"
+    cli = [sys.executable, "-m", "minitransformer"]
+    version = source_version()
+
+    train = [*cli, "train", "--out", str(run_dir), "--no-progress"]
+    _, train_seconds = run(train, out / "train.txt")
+    for name in KEPT:
+        shutil.copy(run_dir / name, out / name)
+    evaluations = {}
+    for name, beam in (("beam4", 4), ("greedy", 1)):
+        command = [*cli, "evaluate", "--checkpoint", str(run_dir / "checkpoints" / "final.npz"),
+                   "--data", "builtin", "--beam", str(beam), "--json"]
+        output, seconds = run(command, out / f"evaluate.{name}.txt")
+        evaluations[name] = {"command": " ".join(command[1:]), "seconds": round(seconds, 1),
+                             **json.loads(output)}
+    trained = json.loads((out / "results.json").read_text())
+    summary = {
+        "benchmark": "built-in task, `minitransformer train` defaults (tiny model)",
+        "train_command": " ".join(train[1:]), "train_seconds": round(train_seconds, 1),
+        "train_results": trained, "evaluate": evaluations, "source": version,
+        "machine": machine()}
+    (out / "builtin.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"trained in {train_seconds / 60:.1f} minutes; test BLEU "
+          f"{evaluations['beam4']['bleu']:.2f} beam 4, {evaluations['greedy']['bleu']:.2f} "
+          f"greedy ({machine()['cpu']}, {machine()['cpu_count']} cores)")
+    if scratch:
+        shutil.rmtree(scratch)
+
+
+if __name__ == "__main__":
+    main()
