@@ -78,14 +78,30 @@ class BrokenSoftmax(Function):
         return get_array_module(dout).zeros_like(dout)   # wrong: forgot the whole derivation
 
 
-scores = mt.tensor(rng.standard_normal((2, 5)), requires_grad=True)
-BrokenSoftmax()(scores).backward(np.ones((2, 5)))
-true_gradient = np.zeros((2, 5))                          # the truth, for dout = 1
-print("with dout = 1, broken backward equals the truth:", np.allclose(scores.grad, true_gradient))
+def finite_differences(fn, x, dout, h=1e-6):
+    """Central differences of L(x) = sum(fn(x) * dout), one element of x at a time."""
+    grad = np.zeros_like(x)
+    for j in np.ndindex(x.shape):
+        step = np.zeros_like(x)
+        step[j] = h
+        grad[j] = ((fn(mt.tensor(x + step)).numpy() - fn(mt.tensor(x - step)).numpy())
+                   * dout).sum() / (2 * h)
+    return grad
+
+
+x = rng.standard_normal((2, 5))
+for name, dout in (("dout = 1", np.ones((2, 5))), ("random dout", rng.standard_normal((2, 5)))):
+    scores = mt.tensor(x, requires_grad=True)
+    BrokenSoftmax()(scores).backward(dout)
+    truth = finite_differences(lambda t: BrokenSoftmax()(t), x, dout)
+    print(f"{name:<11}: largest |true gradient| {np.abs(truth).max():.1e}, broken backward "
+          f"matches it: {np.allclose(scores.grad, truth, rtol=1e-6, atol=1e-8)}")
 
 # %% [markdown]
-# With a random `dout` the truth is no longer zero, and the checker, which always draws `dout`
-# at random, sees the bug at once:
+# The forward is right, so finite differences of it are the truth. With `dout = 1` that truth
+# is zero up to rounding, and the broken backward matches it; with a random `dout` it is not,
+# and the same comparison fails. The checker always draws `dout` at random, so it sees the
+# bug at once:
 
 # %%
 report = check_function(lambda t: BrokenSoftmax()(t), rng.standard_normal((2, 5)),
