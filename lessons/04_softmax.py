@@ -71,12 +71,21 @@ print("naive:", naive)
 
 # %% [markdown]
 # Shift-invariance is the cure: subtract the row maximum first. The largest exponent is then
-# $e^0 = 1$, nothing overflows, and small terms underflow harmlessly to 0.
+# $e^0 = 1$ and nothing overflows. The smallest term keeps its value: $e^{-10}$ is nowhere
+# near the bottom of float32's range, and its probability, about $3.3 \times 10^{-5}$, comes
+# out in full (printed below in scientific notation, since this chapter's `suppress=True`
+# would show it as 0). A term underflows only when its score is far below the maximum: in
+# float32, $e^{-87}$ is about the smallest normal number and $e^{-104}$ rounds to exactly 0
+# (float64 reaches 0 only near $e^{-745}$). For the softmax itself that is harmless, since
+# the probabilities it rounds away are below $10^{-38}$; the next section shows where it is
+# not.
 
 # %%
 shifted = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
-print("shifted:", shifted)
-print("library:", F.softmax(mt.tensor(logits)).numpy())
+print("shifted:", ", ".join(f"{p:.2e}" for p in shifted))
+print("library:", ", ".join(f"{p:.2e}" for p in F.softmax(mt.tensor(logits)).numpy()))
+for gap in (10, 87, 104):
+    print(f"e^-{gap}: float32 {np.exp(np.float32(-gap)):.2e}, float64 {np.exp(-float(gap)):.2e}")
 
 # %% [markdown]
 # ## Log-softmax on its own
