@@ -509,7 +509,7 @@ def time_decoding(args) -> dict:
           flush=True)
     return {"inputs": what, "batch_size": args.decode_batch, "beam_size": args.beam,
             "repeats": args.decode_repeats,
-            "length_penalty": args.alpha, "max_len": "padded source length + 50",
+            "length_penalty": args.alpha, "max_len": "each source's length + 50",
             "cases": cases, "cache_speedup": cache_speedup, "forced_length": forced}
 
 

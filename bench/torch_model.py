@@ -285,17 +285,27 @@ def _decode_prefix(model, prefix, memory, src_mask):
     return model.decode(prefix, memory, src_mask, model.new_cache())    # (N, t, V)
 
 
+def _limits(model, src, max_len):
+    """Each sentence's length limit (B,): max_len, or its own length + 50 within the
+    positional table (decode.py)."""
+    if max_len is not None:
+        return torch.full((src.shape[0],), max_len, dtype=torch.int64, device=src.device)
+    lengths = (src != model.config.pad_id).sum(dim=1)
+    return torch.clamp(lengths + 50, max=model.config.max_len)
+
+
 def greedy_decode(model, src, bos_id, eos_id, max_len=None, use_cache=True):
     """minitransformer.decode.greedy_decode for torch ids (B, S)."""
     with _generating(model):
         src_mask = model.source_mask(src)                               # (B, 1, 1, S)
         memory = model.encode(src, src_mask)                            # (B, S, C)
-        limit = src.shape[1] + 50 if max_len is None else max_len
+        limits = _limits(model, src, max_len)                           # (B,)
         B, dev = src.shape[0], src.device
+        limit = int(limits.max()) if B else 0
         cache = model.new_cache() if use_cache else None
-        out = torch.full((B, limit), eos_id, dtype=src.dtype, device=dev)  # (B, limit)
+        out = torch.full((B, limit), eos_id, dtype=torch.int64, device=dev)  # (B, limit)
         active = torch.arange(B, device=dev)                            # (A,) still decoding
-        prefix = torch.full((B, 1), bos_id, dtype=src.dtype, device=dev)  # (A, t)
+        prefix = torch.full((B, 1), bos_id, dtype=torch.int64, device=dev)  # (A, t)
         for t in range(limit):
             if cache is not None:
                 logits = model.decode(prefix[:, -1:], memory, src_mask, cache)  # (A, 1, V)
@@ -303,7 +313,7 @@ def greedy_decode(model, src, bos_id, eos_id, max_len=None, use_cache=True):
                 logits = _decode_prefix(model, prefix, memory, src_mask)  # (A, t+1, V)
             tokens = logits[:, -1].argmax(dim=-1)                       # (A,)
             out[active, t] = tokens
-            going = tokens != eos_id
+            going = (tokens != eos_id) & (t + 1 < limits[active])
             n_going = int(going.sum())
             if n_going == 0:
                 break
@@ -328,11 +338,13 @@ def beam_search(model, src, bos_id, eos_id, beam_size=4, length_penalty=0.6, max
     with _generating(model):
         src_mask = model.source_mask(src)
         memory = model.encode(src, src_mask)
-        limit = src.shape[1] + 50 if max_len is None else max_len
-        B, dev, ids = src.shape[0], src.device, src.dtype
+        limits = _limits(model, src, max_len)                           # (B,)
+        B, dev, ids = src.shape[0], src.device, torch.int64
+        limit = int(limits.max()) if B else 0
         if limit == 0:
             return [[] for _ in range(B)]
         inf = float("inf")
+        lp_limits = lp(limits.double(), alpha).to(memory.dtype)         # (B,)
 
         rows = torch.arange(B, device=dev).repeat_interleave(K)         # (B·K,)
         cache = model.new_cache() if use_cache else None
@@ -389,12 +401,21 @@ def beam_search(model, src, bos_id, eos_id, beam_size=4, length_penalty=0.6, max
             alive_scores = cand_scores.gather(1, keep)
             alive_tokens = torch.cat(
                 [alive_tokens[r, beams], cand_tokens.gather(1, keep)[:, :, None]], dim=2)
+            # sentences at their limit without a finished hypothesis: their best prefix
+            at_limit = limits[active] == t
+            if bool(at_limit.any()):
+                none = at_limit & ~torch.isfinite(best_scores[active])
+                padded = torch.cat([alive_tokens[:, 0], torch.full(
+                    (A, limit - t), eos_id, dtype=ids, device=dev)], 1)
+                best_tokens[active] = torch.where(none[:, None], padded, best_tokens[active])
+                best_scores[active] = torch.where(none, alive_scores[:, 0] / lp_limits[active],
+                                                  best_scores[active])
             if t == limit:
                 break
 
             # 4. sentences whose result is settled leave the batch
-            bound = alive_scores[:, 0] / max(lp(t + 1, alpha), lp(limit, alpha))
-            done = (n_finished[active] >= K) | (best_scores[active] >= bound)  # (A,)
+            bound = alive_scores[:, 0] / torch.clamp(lp_limits[active], min=lp(t + 1, alpha))
+            done = (n_finished[active] >= K) | (best_scores[active] >= bound) | at_limit
             n_done = int(done.sum())
             flat = r * K + beams                                        # (A, K)
             if n_done:
@@ -413,8 +434,4 @@ def beam_search(model, src, bos_id, eos_id, beam_size=4, length_penalty=0.6, max
                 memory, src_mask = memory[staying], src_mask[staying]
             cache.reorder(flat // K if t == 1 else flat, staying)
 
-        if t == limit and alive_scores.shape[0]:
-            none = ~torch.isfinite(best_scores[active])
-            best_tokens[active] = torch.where(none[:, None], alive_tokens[:, 0],
-                                              best_tokens[active])
         return _strip(best_tokens.tolist(), eos_id)

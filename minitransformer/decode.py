@@ -18,6 +18,10 @@ with |Y| counting the end-of-sentence token.
 
 On the CPU a batch's sentences are decoded in shares, one per core, at once (``_on_cores``).
 
+Each sentence's limit is its own length + 50 (not the padded width of its batch), so a
+sentence decodes the same alone and in any batch; it is at most the positional table's
+length, the longest output the model can place.
+
     B batch   S source length   K beam size   V vocabulary   A sentences still searching
 """
 
@@ -40,33 +44,45 @@ MIN_SHARE = 8  # sentences: a batch of fewer than 2·MIN_SHARE is decoded on one
 
 @contextlib.contextmanager
 def _generating(model: Transformer) -> Iterator[None]:
-    """Eval mode (no dropout) and no graph while generating; the model's mode is restored."""
-    was_training = model.training
+    """Eval mode (no dropout) and no graph while generating; every module's own mode is
+    restored afterwards (a model may be training with some parts frozen in eval mode)."""
+    modes = [(module, module.training) for module in model.modules()]
     model.eval()
     try:
         with no_grad():
             yield
     finally:
-        model.train(was_training)
+        for module, training in modes:
+            object.__setattr__(module, "training", training)
 
 
-def _source_and_limit(model: Transformer, src_ids: Any, max_len: int | None
-                      ) -> tuple[Tensor, int]:
-    """Source ids as a (B, S) tensor, and the length limit: ``max_len``, or the (padded)
-    source length + 50 as §6.1."""
+def _source_and_limits(model: Transformer, src_ids: Any, max_len: int | None
+                       ) -> tuple[Tensor, Any]:
+    """Source ids as a (B, S) tensor, and each sentence's length limit (B,) int64:
+    ``max_len`` for all, or by default its own source length (padding not counted) + 50 as
+    §6.1, at most the positional table's length."""
     src = model._ids(src_ids, "source")
+    positions = model.config.max_len
+    xp = backend.get_array_module(src.data)
+    if max_len is None:
+        lengths = (src.data != model.config.pad_id).sum(axis=1)         # (B,)
+        return src, xp.minimum(lengths + 50, positions).astype(xp.int64)
     try:
-        limit = src.shape[1] + 50 if max_len is None else operator.index(max_len)
+        limit = operator.index(max_len)
     except TypeError:
         limit = -1
     if limit < 0:
         raise ValueError(f"max_len must be a non-negative integer, got {max_len!r}.")
-    return src, limit
+    if limit > positions:
+        raise ValueError(f"max_len {limit} is longer than the model's positional table "
+                         f"({positions} positions); give max_len {positions} or less.")
+    return src, xp.full(src.shape[0], limit, dtype=xp.int64)
 
 
-def _on_cores(search: Callable[..., list], model: Transformer, src: Tensor, *args: Any) -> list:
-    """``search(model, src, *args)``, a list of one result per sentence of the batch ``src``,
-    run on shares of the sentences, one share per core, concurrently.
+def _on_cores(search: Callable[..., list], model: Transformer, src: Tensor, limits: Any,
+              *args: Any) -> list:
+    """``search(model, src, limits, *args)``, a list of one result per sentence of the batch
+    ``src`` (with its limits), run on shares of the sentences, one share per core, at once.
 
     A decoding step is many small products and elementwise operations on a few hundred rows:
     too small for BLAS or blocks of rows to keep two cores busy, so each core decodes a share
@@ -79,8 +95,9 @@ def _on_cores(search: Callable[..., list], model: Transformer, src: Tensor, *arg
     B = src.shape[0]
     n = min(WORKERS, B // MIN_SHARE)
     if n < 2 or is_cupy(backend.get_array_module(src.data)):
-        return search(model, src, *args)
-    shares = on_workers(lambda i: search(model, Tensor(src.data[i::n]), *args), list(range(n)))
+        return search(model, src, limits, *args)
+    shares = on_workers(lambda i: search(model, Tensor(src.data[i::n]), limits[i::n], *args),
+                        list(range(n)))
     results: list = [None] * B
     for i, share in enumerate(shares):
         results[i::n] = share
@@ -106,34 +123,37 @@ def greedy_decode(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
     """The most probable token at each step, for a batch of sources (B, S).
 
     Stops a sentence at ``eos_id`` (not included in the output) or after ``max_len`` tokens
-    (default: source length + 50, as §6.1). Returns one list of token ids per sentence.
+    (default: its source length + 50, as §6.1). Returns one list of token ids per sentence.
     With ``use_cache=False`` every step decodes the whole prefix again instead of only the
     newest token (the same result, O(length²) per step: for benchmarks).
     """
-    src, limit = _source_and_limit(model, src_ids, max_len)
+    src, limits = _source_and_limits(model, src_ids, max_len)
     with _generating(model):
-        return _on_cores(_greedy, model, src, limit, bos_id, eos_id, use_cache)
+        return _on_cores(_greedy, model, src, limits, bos_id, eos_id, use_cache)
 
 
-def _greedy(model: Transformer, src: Tensor, limit: int, bos_id: int, eos_id: int,
+def _greedy(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_id: int,
             use_cache: bool) -> list[list[int]]:
-    """Greedy decoding of the sentences ``src`` (B, S): one token list per sentence."""
+    """Greedy decoding of the sentences ``src`` (B, S), each up to its limit (B,): one token
+    list per sentence."""
     src_mask = model.source_mask(src)                                    # (B, 1, 1, S)
     memory = model.encode(src, src_mask)                                 # (B, S, C)
     B = src.shape[0]
     cache = model.new_cache() if use_cache else None
     xp = backend.get_array_module(src.data)
-    out = xp.full((B, limit), eos_id, dtype=src.dtype)                   # (B, limit)
+    limit = int(limits.max()) if B else 0
+    # generated ids are int64 whatever the source ids are (the target vocabulary may be larger)
+    out = xp.full((B, limit), eos_id, dtype=xp.int64)                    # (B, limit)
     active = xp.arange(B)                                                # (A,) still decoding
-    prefix = xp.full((B, 1), bos_id, dtype=src.dtype)                    # (A, t): BOS, tokens
+    prefix = xp.full((B, 1), bos_id, dtype=xp.int64)                     # (A, t): BOS, tokens
     for t in range(limit):
         if cache is not None:
             logits = model.decode(prefix[:, -1:], memory, src_mask, cache)  # (A, 1, V)
         else:
             logits = _decode_prefix(model, prefix, memory, src_mask)      # (A, t+1, V)
-        tokens = logits.data[:, -1].argmax(axis=-1).astype(src.dtype)     # (A,)
+        tokens = logits.data[:, -1].argmax(axis=-1).astype(xp.int64)      # (A,)
         out[active, t] = tokens
-        going = tokens != eos_id                                         # (A,)
+        going = (tokens != eos_id) & (t + 1 < limits[active])            # (A,)
         n_going = int(going.sum())
         if n_going == 0:
             break
@@ -220,10 +240,10 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
         with log-probability s ≤ 0 has log P ≤ s and length |Y| ≤ max_len, hence score at most
         s / max(lp(|prefix| + 1), lp(max_len)) (the bound of tensor2tensor, the paper's code),
         so this rule never changes the result, it only stops early;
-    or when ``max_len`` tokens (default: source length + 50) have been generated.
+    or when ``max_len`` tokens (default: its source length + 50) have been generated.
 
     Returns the best finished hypothesis of each sentence by normalized score (the best alive
-    one, of ``max_len`` tokens, if none finished), without BOS and EOS; with
+    one, of its ``max_len`` tokens, if none finished), without BOS and EOS; with
     ``return_scores``, also each one's normalized score log P / lp(|Y|).
 
     With ``use_cache=False`` every step decodes the B·K whole prefixes again, and the beam
@@ -231,25 +251,28 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
     """
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}.")
-    src, limit = _source_and_limit(model, src_ids, max_len)
+    src, limits = _source_and_limits(model, src_ids, max_len)
     with _generating(model):
-        results = _on_cores(_beam_search, model, src, limit, bos_id, eos_id, beam_size,
+        results = _on_cores(_beam_search, model, src, limits, bos_id, eos_id, beam_size,
                             float(length_penalty), use_cache)
     hyps = [hyp for hyp, _ in results]
     return (hyps, [score for _, score in results]) if return_scores else hyps
 
 
-def _beam_search(model: Transformer, src: Tensor, limit: int, bos_id: int, eos_id: int,
+def _beam_search(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_id: int,
                  K: int, alpha: float, use_cache: bool) -> list[tuple[list[int], float]]:
-    """Beam search over the sentences ``src`` (B, S): (hypothesis, score) per sentence."""
+    """Beam search over the sentences ``src`` (B, S), each up to its limit (B,):
+    (hypothesis, score) per sentence."""
     lp = gnmt_length_penalty
     xp = backend.get_array_module(src.data)
-    B, ids_dtype = src.shape[0], src.dtype
+    B, ids_dtype = src.shape[0], xp.int64  # generated ids: int64 whatever the source's are
+    limit = int(limits.max()) if B else 0                                # the longest
     if limit == 0:
         return [([], 0.0) for _ in range(B)]
     src_mask = model.source_mask(src)                                    # (B, 1, 1, S)
     memory = model.encode(src, src_mask)                                 # (B, S, C)
     float_dtype = memory.data.dtype
+    lp_limits = lp(limits.astype(xp.float64), alpha).astype(float_dtype)  # (B,) lp(max_len)
 
     # Every sentence's K beams sit in consecutive rows: row = sentence·K + beam.
     rows = xp.repeat(xp.arange(B), K)                                    # (B·K,)
@@ -314,12 +337,22 @@ def _beam_search(model: Transformer, src: Tensor, limit: int, bos_id: int, eos_i
         alive_scores = cand_scores[r, keep]                              # (A, K)
         alive_tokens = xp.concatenate(
             [alive_tokens[r, beams], cand_tokens[r, keep][:, :, None]], axis=2)  # (A, K, t)
+        # Sentences at their limit without a finished hypothesis: their best prefix.
+        at_limit = limits[active] == t                                   # (A,)
+        if bool(at_limit.any()):
+            none = at_limit & ~xp.isfinite(best_scores[active])         # (A,)
+            padded = xp.concatenate(
+                [alive_tokens[:, 0], xp.full((A, limit - t), eos_id, dtype=ids_dtype)], axis=1)
+            best_tokens[active] = xp.where(none[:, None], padded, best_tokens[active])
+            best_scores[active] = xp.where(
+                none, alive_scores[:, 0] / lp_limits[active], best_scores[active])
         if t == limit:
             break
 
         # 4. Sentences whose result is settled leave the batch.
-        bound = alive_scores[:, 0] / max(lp(t + 1, alpha), lp(limit, alpha))  # (A,)
-        done = (n_finished[active] >= K) | (best_scores[active] >= bound)     # (A,)
+        bound = alive_scores[:, 0] / xp.maximum(lp(t + 1, alpha), lp_limits[active])  # (A,)
+        done = ((n_finished[active] >= K) | (best_scores[active] >= bound)        # (A,)
+                | at_limit)
         n_done = int(done.sum())
         flat = r * K + beams                                             # (A, K) rows to keep
         if n_done:
@@ -339,13 +372,6 @@ def _beam_search(model: Transformer, src: Tensor, limit: int, bos_id: int, eos_i
         # after the first step the self-attention cache grows from 1 to K rows a sentence
         cache.reorder(flat // K if t == 1 else flat, cross_index=staying)
 
-    # Sentences that reached the limit without a finished hypothesis: their best prefix.
-    if t == limit and alive_scores.shape[0]:
-        none = ~xp.isfinite(best_scores[active])                         # (A,)
-        best_tokens[active] = xp.where(none[:, None], alive_tokens[:, 0],
-                                       best_tokens[active])
-        best_scores[active] = xp.where(none, alive_scores[:, 0] / lp(limit, alpha),
-                                       best_scores[active])
     hyps = _strip(backend.to_numpy(best_tokens).tolist(), eos_id)
     scores = [float(s) for s in backend.to_numpy(best_scores).tolist()]
     return list(zip(hyps, scores, strict=True))

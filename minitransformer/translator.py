@@ -33,12 +33,12 @@ def translate(model: Any, tokenizer: Any, sentences: list[str], beam_size: int =
         rows = order[start:start + batch_size]
         width = max(len(encoded[i]) for i in rows)
         src = [[*encoded[i], *[pad] * (width - len(encoded[i]))] for i in rows]
-        limit = min(width + 50, max_len)
+        # each sentence's limit is its own length + 50, whatever its batch (decode.py)
         if beam_size == 1:
-            ids = greedy_decode(model, src, tokenizer.bos_id, tokenizer.eos_id, limit)
+            ids = greedy_decode(model, src, tokenizer.bos_id, tokenizer.eos_id)
         else:
             ids = beam_search(model, src, tokenizer.bos_id, tokenizer.eos_id, beam_size,
-                              length_penalty, limit)
+                              length_penalty)
         for i, out in zip(rows, ids, strict=True):
             outputs[i] = tokenizer.decode(out)
     return outputs

@@ -109,6 +109,49 @@ def test_result_does_not_depend_on_the_batch(device):
         assert score[0] == pytest.approx(scores[b], abs=1e-4)
 
 
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_the_default_limit_is_each_sentences_own_length_plus_50(device, beam_size):
+    """§6.1's "input length + 50" per sentence: a short sentence batched with a long one
+    decodes exactly as it does alone (the batch's padded width is not its length). An
+    untrained model rarely ends a sentence, so its outputs run to the limit."""
+    model = make_model()
+    search = ((lambda src: greedy_decode(model, src, BOS, 2)) if beam_size == 1 else
+              (lambda src: beam_search(model, src, BOS, 2, beam_size)))
+    short, long = [3, 4], [5] * 30
+    alone = search(np.array([short]))
+    together = search(np.array([short + [PAD] * 28, long]))
+    assert together[0] == alone[0]
+    assert len(alone[0]) <= 52 and len(together[1]) <= 80
+    assert max(len(alone[0]), len(together[1]) - 28) > 50  # some output ran to its limit
+
+
+def test_the_default_limit_stays_inside_the_positional_table(device):
+    minitransformer.manual_seed(0)
+    model = Transformer(TransformerConfig.named("tiny", 11, p_dropout=0.0, max_len=16))
+    source = np.array([[3, 4, 5, 6, 7]])                    # 5 + 50 would pass position 16
+    for hyps in (greedy_decode(model, source, BOS, 9), beam_search(model, source, BOS, 9)):
+        assert len(hyps[0]) <= 16
+    for search in (greedy_decode, beam_search):
+        with pytest.raises(ValueError, match="max_len 17 is longer than the model's "
+                                             "positional table \\(16 positions\\)"):
+            search(model, source, BOS, 9, max_len=17)
+
+
+def test_generated_ids_are_not_cut_to_the_source_ids_dtype(device):
+    """Target ids of a larger, unshared vocabulary from uint8 source ids: none may wrap."""
+    minitransformer.manual_seed(0)
+    config = TransformerConfig.named("tiny", 11, tgt_vocab_size=300, share_embeddings=False,
+                                     tie_output=False, p_dropout=0.0)
+    model = Transformer(config)
+    for dtype in (np.int64, np.uint8):
+        greedy = greedy_decode(model, SOURCES.astype(dtype), BOS, 2, max_len=20)
+        beam = beam_search(model, SOURCES.astype(dtype), BOS, 2, max_len=20)
+        assert max(max(h) for h in greedy) > 255 and max(max(h) for h in beam) > 255
+        if dtype is np.int64:
+            expected = greedy, beam
+        assert (greedy, beam) == expected
+
+
 def test_respects_max_len(device):
     model = make_model()
     for max_len in (0, 1, 3):
@@ -151,6 +194,17 @@ def test_model_mode_is_restored():
     model.eval()
     beam_search(model, SOURCES, BOS, 5, max_len=3)
     assert not model.training
+
+
+def test_every_modules_own_mode_is_restored():
+    """A model training with a frozen part in eval mode keeps it so after decoding."""
+    model = make_model()
+    model.train()
+    model.encoder.eval()
+    for search in (greedy_decode, beam_search):
+        search(model, SOURCES, BOS, 5, max_len=3)
+        assert model.training and model.decoder.training
+        assert not any(m.training for m in model.encoder.modules())
 
 
 def test_bad_arguments():
