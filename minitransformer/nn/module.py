@@ -43,6 +43,16 @@ class Module:
         if "_parameters" not in self.__dict__:
             raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() "
                                "before assigning attributes.")
+        # as PyTorch: a registered parameter or submodule is replaced by its own kind (or
+        # None), never silently dropped from parameters() and state_dict() by another value
+        for registry, kind in ((self._parameters, Parameter), (self._modules, Module)):
+            if name in registry and value is not None and not isinstance(value, kind):
+                raise TypeError(
+                    f"cannot assign a value of type {type(value).__name__} to "
+                    f"{type(self).__name__}.{name}, "
+                    f"which is a {kind.__name__}: assign a {kind.__name__} (or None)"
+                    + (f", or change the values in place with {name}.data[...] = ..."
+                       if kind is Parameter else "") + ".")
         self._parameters.pop(name, None)
         self._modules.pop(name, None)
         if isinstance(value, Parameter):
@@ -50,6 +60,11 @@ class Module:
         elif isinstance(value, Module):
             self._modules[name] = value
         object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
+        object.__delattr__(self, name)
 
     # ------------------------------------------------------------------ the tree
     def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:

@@ -218,6 +218,34 @@ def test_forgetting_super_init_gives_a_clear_error():
         Broken()
 
 
+def test_a_parameter_or_submodule_is_not_silently_replaced_by_another_kind():
+    """`layer.weight = layer.weight.detach()` would drop the weight from parameters() and
+    state_dict() without a word: refused, as PyTorch does."""
+    layer = Linear(3, 2)
+    with pytest.raises(TypeError, match=r"cannot assign a value of type Tensor to Linear.weight, "
+                                        r"which is a Parameter: .*weight.data\[...\] = \.\.\."):
+        layer.weight = layer.weight.detach()
+    model = tiny()
+    with pytest.raises(TypeError, match="cannot assign a value of type int to Transformer.encoder, "
+                                        "which is a Module"):
+        model.encoder = 3
+    assert [n for n, _ in layer.named_parameters()] == ["weight", "bias"]
+    layer.weight = Parameter(np.zeros((2, 3), dtype=np.float32))   # its own kind: replaced
+    assert not layer.weight.numpy().any() and len(layer.parameters()) == 2
+    layer.bias = None                                               # None: no bias
+    assert [n for n, _ in layer.named_parameters()] == ["weight"]
+
+
+def test_deleting_a_parameter_or_submodule_unregisters_it():
+    layer, model = Linear(3, 2), tiny()
+    del layer.bias
+    del model.embed_dropout
+    assert [n for n, _ in layer.named_parameters()] == ["weight"]
+    assert "bias" not in layer.state_dict()
+    assert all(m is not model.__dict__.get("embed_dropout") for m in model.modules())
+    assert not any(name == "embed_dropout" for name, _ in model.named_modules())
+
+
 def test_module_list_indexes_counts_and_iterates():
     layers = [Linear(2, 2), Linear(2, 3), Linear(3, 1)]
     stack = ModuleList(layers)
