@@ -47,7 +47,6 @@ def probability(text: str) -> float:
     return value
 
 
-
 # A SentencePiece BPE vocabulary holds the tokenizer's 4 special pieces (pad, unk, bos, eos),
 # the word boundary "▁" and at least one character: 6 pieces at the least. The largest is far
 # above any vocabulary in use (the paper's are 37,000 and 32,000), below sizes whose embedding
