@@ -47,7 +47,7 @@ src = rng.integers(4, VOCAB, size=(8, 7))
 limit = 12
 
 
-def log_prob(source, output):
+def log_prob(source, output, limit=limit):
     """log P(output | source) under the model by the full (uncached) decoder, with the end
     token when the output finished before the length limit."""
     target = [BOS, *output, EOS] if len(output) < limit else [BOS, *output]
@@ -87,14 +87,46 @@ for i in range(len(src)):
 # ## The length penalty
 #
 # $\alpha = 0$ ranks by raw $\log P$ and favours short outputs; a larger $\alpha$ divides long
-# hypotheses' (more negative) scores by more, and lengthens the outputs.
+# hypotheses' (more negative) scores by more, and so can lengthen the outputs. It can only
+# matter when the model is unsure where to stop. On the sources of length 7 above it is not:
+# it has seen every length from 4 to 8, and the end token after exactly 7 tokens is far more
+# probable than any alternative. (That is the full lesson; the fast mode's model is barely
+# trained and unsure everywhere.) Sources of length 11, longer than anything it was trained
+# on, are another matter: there it tends to stop too early, and the penalty pushes back.
 
 # %%
-for alpha in (0.0, 0.6, 1.5):
-    outputs = beam_search(model, src, BOS, EOS, beam_size=4, length_penalty=alpha,
-                          max_len=limit)
-    print(f"α = {alpha}: output lengths {[len(o) for o in outputs]}   "
-          f"lp(10) = {gnmt_length_penalty(10, alpha):.2f}")
+long_src = rng.integers(4, VOCAB, size=(8, 11))         # longer than any training sequence
+outputs = {}
+for name, source in (("length 7 ", src), ("length 11", long_src)):
+    for alpha in (0.0, 0.6, 1.5, 3.0):
+        outputs[name, alpha] = beam_search(model, source, BOS, EOS, beam_size=4,
+                                           length_penalty=alpha, max_len=source.shape[1] + 5)
+        lengths = [len(o) for o in outputs[name, alpha]]
+        print(f"{name}, α = {alpha}: output lengths {lengths}, mean {np.mean(lengths):.2f}")
+
+# %% [markdown]
+# Where the outputs for $\alpha = 0$ and $\alpha = 3$ differ, the two hypotheses swap places
+# in the ranking: the shorter one has the higher $\log P$, the longer one the higher
+# $\log P / lp$ once $\alpha$ is large enough. (A larger $\alpha$ can only ever switch to a
+# longer hypothesis: a longer one that already had the higher $\log P$ would have won at
+# $\alpha = 0$ too.) Neither is the source reversed, by the way: a model this small has not
+# learned to reverse lengths it never saw.
+
+# %%
+pairs = [(i, a, b) for i, (a, b) in enumerate(zip(outputs["length 11", 0.0],
+                                                   outputs["length 11", 3.0], strict=True))
+         if a != b]
+if pairs:
+    i, at_0, at_3 = pairs[0]
+    print(f"sentence {i}, source {long_src[i]}, its reversal {long_src[i][::-1]}")
+    for hypothesis in (at_0, at_3):
+        logp = log_prob(long_src[i], hypothesis, limit=long_src.shape[1] + 5)
+        scores = "  ".join(
+            f"α = {alpha}: {logp / gnmt_length_penalty(len(hypothesis), alpha):6.3f}"
+            for alpha in (0.0, 0.6, 1.5, 3.0))
+        print(f"{len(hypothesis):>2} tokens {hypothesis}: log P / lp  {scores}")
+else:
+    print("α = 0 and α = 3 chose the same outputs for all eight sources")
 
 # %% [markdown]
 # ## The key/value cache
