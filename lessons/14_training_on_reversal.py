@@ -10,6 +10,7 @@
 
 # %%
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -53,12 +54,14 @@ print("decoder target ", tgt_out[0])
 # ## Training
 #
 # The tiny configuration (2 + 2 layers, $d_{model} = 32$, 4 heads), no dropout, Adam with a
-# short warmup. A few thousand sentences, about fifteen seconds on two CPU cores.
+# short warmup. 2,000 steps of 32 freshly drawn sequences, 64,000 sequences in all (300 steps
+# in the fast mode): 23 to 24 s on a 2-core AMD EPYC; the cell prints the time on yours.
 
 # %%
 model = Transformer(TransformerConfig.named("tiny", VOCAB, p_dropout=0.0))
 optimizer = Adam(model.parameters(), lr=1e-3)
 steps = 300 if FAST else 2000
+start = time.perf_counter()
 for step in range(1, steps + 1):
     optimizer.lr = 1e-3 * min(1.0, step / 100)
     optimizer.zero_grad()
@@ -68,6 +71,7 @@ for step in range(1, steps + 1):
     optimizer.step()
     if step % (steps // 5) == 0:
         print(f"step {step:>5}  loss {loss.item():.4f}")
+print(f"{steps * 32:,} sequences in {time.perf_counter() - start:.0f} s")
 
 # %% [markdown]
 # ## Does it reverse unseen sequences?
