@@ -151,6 +151,29 @@ def test_the_builtin_task_takes_only_its_own_languages(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("stopping, max_epochs", [([], 10), (["--time-budget", "0.005"], None)])
+def test_a_folder_trains_with_the_multi30k_recipe_and_the_commands_own_stopping_rule(
+        tmp_path, stopping, max_epochs):
+    """Folders default to the recipe of the Multi30k benchmark (warmup 800, factor 0.7,
+    validation every epoch); the 10-epoch default stops a run only when the command gives no
+    rule of its own, so `--time-budget 45` trains for 45 minutes, as the benchmark."""
+    corpus = write_corpus(tmp_path / "corpus")
+    run = tmp_path / "run"
+    assert cli.main(["train", "--data", str(corpus), "--src-lang", "xx", "--tgt-lang", "yy",
+                     "--config", "tiny", "--vocab-size", "40", "--max-tokens", "60",
+                     "--bleu-sentences", "0", "--beam", "1", "--no-progress", "--out", str(run),
+                     *stopping]) == 0
+    settings = json.loads((run / "run.json").read_text())["train"]
+    from minitransformer.corpus import load_corpus, prepare
+    from minitransformer.data.batching import TokenBatcher
+
+    _, data, _ = prepare(load_corpus(str(corpus), "xx", "yy"), 40, 100)
+    assert settings["warmup_steps"] == 800 and settings["lr_scale"] == 0.7
+    assert settings["eval_every"] == len(TokenBatcher(data.train, 60)) > 1
+    assert settings["max_epochs"] == max_epochs and settings["max_steps"] is None
+    assert settings["time_budget"] == (None if max_epochs else 0.3)
+
+
 def test_a_second_run_into_a_run_folder_is_refused_without_resume(trained_run, capsys):
     corpus, run = trained_run
     before = {p.name: p.stat().st_mtime_ns for p in (run / "checkpoints").iterdir()}
