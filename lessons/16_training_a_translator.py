@@ -43,7 +43,8 @@ for source, target in corpus.train[:3]:
 tokenizer, data, dropped = prepare(corpus, vocab_size=1000, max_len=100)
 source, target = corpus.train[0]
 print("pieces:", [tokenizer.id_to_piece(i) for i in tokenizer.encode(target)][:12], "...")
-print(f"{len(data.train):,} training pairs as ids ({dropped} dropped for length)")
+print(f"{len(data.train):,} training pairs as ids ({dropped} dropped: too long or with an "
+      "empty side)")
 
 # %% [markdown]
 # ## Training
