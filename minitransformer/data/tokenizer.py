@@ -23,7 +23,7 @@ from __future__ import annotations
 import io
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 import sentencepiece as spm
@@ -37,6 +37,8 @@ _SILENT_IDS = frozenset((PAD_ID, BOS_ID, EOS_ID))  # dropped by decode; unk stay
 
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 _TOO_LOW = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+_DEFAULT_SENTENCE_BYTES = 4192  # SentencePiece's default max_sentence_length
+_MAX_SENTENCE_BYTES = 1 << 30   # the largest max_sentence_length it accepts
 
 
 class Tokenizer:
@@ -80,8 +82,9 @@ class Tokenizer:
 
         In memory, no files written. ``model_type`` is "bpe" (the paper's choice), "unigram",
         "char" or "word". ``character_coverage`` 1.0 keeps every character seen (right for
-        European languages; ~0.9995 suits scripts with thousands of characters). Raises
-        DataError when ``vocab_size`` does not fit the text, with the size that would.
+        European languages; ~0.9995 suits scripts with thousands of characters). Every
+        sentence is used, however long. Raises DataError when ``vocab_size`` does not fit
+        the text, with the size that would.
         """
         if model_type not in MODEL_TYPES:
             raise DataError(f"model_type {model_type!r} is not a SentencePiece model type; "
@@ -89,23 +92,27 @@ class Tokenizer:
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
             raise DataError(f"vocab_size must be a positive integer, got {vocab_size!r}; "
                             f"try 8000 for a corpus the size of Multi30k.")
-        failure: list[BaseException] = []
+        lines = _text_lines(sentences)
+        # SentencePiece skips, without a word, sentences longer than max_sentence_length
+        # bytes (4192 by default): raise it to the longest so every sentence is used.
+        longest = max((len(s.encode("utf-8")) for s in lines), default=0)
+        if longest > _MAX_SENTENCE_BYTES:
+            raise DataError(f"a training sentence has {longest:,} bytes, more than "
+                            f"SentencePiece's limit of {_MAX_SENTENCE_BYTES:,}; split the "
+                            f"text into lines (one sentence each).")
         writer = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=_guarded(sentences, failure), model_writer=writer,
+                sentence_iterator=iter(lines), model_writer=writer,
                 vocab_size=vocab_size, model_type=model_type,
                 character_coverage=character_coverage,
+                max_sentence_length=max(_DEFAULT_SENTENCE_BYTES, longest),
                 pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
                 # determinism: every sentence, in the given order, on one thread
                 input_sentence_size=0, shuffle_input_sentence=False, num_threads=1,
                 minloglevel=2)  # quiet: no training log on stderr
         except (RuntimeError, ValueError) as e:
-            if failure:
-                raise failure[0] from None
             raise _training_error(str(e), vocab_size, model_type) from None
-        if failure:
-            raise failure[0]
         tokenizer = cls(writer.getvalue(), source="the trained model")
         if tokenizer.vocab_size != vocab_size:  # a char model has one piece per character
             raise DataError(f"vocab_size={vocab_size} does not fit a {model_type} model of "
@@ -186,22 +193,16 @@ class Tokenizer:
         return f"Tokenizer(vocab_size={self.vocab_size})"
 
 
-def _guarded(sentences: Iterable[str], failure: list[BaseException]) -> Iterator[str]:
-    """Yield the sentences; stop at the first problem and keep it in ``failure``.
-
-    An exception raised inside SentencePiece's C++ loop comes back as a bare RuntimeError,
-    so errors (a non-string item, a DataError from a lazy reader) are kept and re-raised.
-    """
-    try:
-        for n, s in enumerate(sentences, start=1):
-            if not isinstance(s, str):
-                failure.append(DataError(f"training sentence {n} is a {type(s).__name__}, not "
-                                         f"a str; pass the lines of text (read_lines gives "
-                                         f"them)."))
-                return
-            yield s
-    except Exception as e:  # re-raised unchanged once training has stopped
-        failure.append(e)
+def _text_lines(sentences: Iterable[str]) -> list[str]:
+    """The sentences as a list (training reads them all anyway), each checked to be a str;
+    an error of a lazy source (a DataError from a reader) comes back unchanged."""
+    lines = []
+    for n, s in enumerate(sentences, start=1):
+        if not isinstance(s, str):
+            raise DataError(f"training sentence {n} is a {type(s).__name__}, not a str; pass "
+                            f"the lines of text (read_lines gives them).")
+        lines.append(s)
+    return lines
 
 
 def _training_error(message: str, vocab_size: int, model_type: str) -> DataError:

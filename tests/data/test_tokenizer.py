@@ -165,6 +165,16 @@ def test_vocab_too_large_for_a_char_model():
         Tokenizer.train(CORPUS, vocab_size=5000, model_type="char")
 
 
+def test_sentences_longer_than_sentencepieces_default_limit_are_used():
+    # 5,600 bytes: past SentencePiece's default max_sentence_length of 4,192, which it
+    # would skip without a word, leaving its characters unknown
+    long_line = "Über Straße " * 400
+    tok = Tokenizer.train(["the cat sat on the mat"] * 20 + [long_line], vocab_size=25)
+    assert tok.decode(tok.encode("Über Straße")) == "Über Straße"
+    alone = Tokenizer.train([long_line], vocab_size=20)
+    assert alone.decode(alone.encode("Straße Über")) == "Straße Über"
+
+
 def test_vocab_too_small_names_the_minimum():
     with pytest.raises(DataError, match=r"vocab_size=10 is too small.*vocab_size >= \d+"):
         Tokenizer.train(CORPUS, vocab_size=10)
