@@ -117,8 +117,11 @@ class Pow(_Binary):
         xp = backend.get_array_module(a)
         da = dp = None
         if self.needs_input_grad[0]:
-            # fwd: y = a^p  ->  da = dout * p * a^(p-1)
-            da = sum_to(dout * p * a ** (p - 1), self.a_shape)
+            # fwd: y = a^p  ->  da = dout * p * a^(p-1); where p = 0, y = 1 is constant and
+            # da = 0, also at a = 0, where 0 * 0^(-1) would be 0 * inf = nan (as PyTorch)
+            constant = p == 0
+            power = a ** xp.where(constant, 1, p - 1)                   # no 0^(-1) computed
+            da = sum_to(xp.where(constant, 0, dout * p * power), self.a_shape)
         if self.needs_input_grad[1]:
             # fwd: y = exp(p log a)  ->  dp = dout * y * log(a)
             dp = sum_to(dout * y * xp.log(a), self.b_shape)

@@ -172,9 +172,12 @@ def on_device_of(a: Any, value: Any) -> Any:
 
 
 def _device_index(a: Any, index: Any) -> Any:
+    """The index with every sequence in it as an array on a's device. Within a tuple index a
+    tuple is a sequence of positions, as NumPy reads it (``a[:, (1, 1)]`` gathers column 1
+    twice), so it becomes an array too: GetItem then sees the gather and adds repeats."""
     parts = index if isinstance(index, tuple) else (index,)
     moved = tuple(
-        on_device_of(a, p) if isinstance(p, Tensor | list) or backend.is_array(p) else p
+        on_device_of(a, p) if isinstance(p, Tensor | list | tuple) or backend.is_array(p) else p
         for p in parts
     )
     return moved if isinstance(index, tuple) else moved[0]

@@ -142,11 +142,8 @@ class MultiHeadAttention(Module):
             raise ValueError(f"attention: {B} query rows cannot share {B_kv} cached key/value "
                              "rows; the cached rows must divide the queries' batch.")
         mask = mask.data if isinstance(mask, Tensor) else mask
-        if mask is not None and mask.ndim == 4 and mask.shape[0] == B:  # (B, H_m, T_m, S)
-            H_m = mask.shape[1]
-            mask = backend.get_array_module(mask).broadcast_to(mask, (B, H_m, T, S))
-            mask = mask.reshape(B_kv, g, H_m, T, S).transpose(0, 2, 1, 3, 4)
-            mask = mask.reshape(B_kv, H_m, g * T, S)                 # (B', H_m, g·T, S)
+        if mask is not None and mask.ndim <= 4:
+            mask = self._regroup_mask(mask, B_kv, g, T, S)           # (B', H_m, g·T, S)
         q = q.reshape(B_kv, g, H, T, D).transpose(0, 2, 1, 3, 4).reshape(B_kv, H, g * T, D)
         attended = self._attend(q, k, v, mask, return_weights)       # (B', g·T, C)
         out, weights = attended if return_weights else (attended, None)
@@ -159,6 +156,24 @@ class MultiHeadAttention(Module):
             if self.record_weights:
                 self.weights = weights
         return (out, weights) if return_weights else out
+
+    @staticmethod
+    def _regroup_mask(mask: Any, B_kv: int, g: int, T: int, S: int) -> Any:
+        """A mask for queries (B, H, T, S), B = g·B', as one for the regrouped queries
+        (B', H, g·T, S). A mask with one query position and one row (or one per cached row)
+        broadcasts as it is; any other is laid out per query row, then regrouped as q is."""
+        xp = backend.get_array_module(mask)
+        mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))  # (B_m, H_m, T_m, S_m)
+        B_m, H_m, T_m = mask.shape[:3]
+        if T_m == 1 and (B_m in (1, B_kv) or g == 1):
+            return mask
+        if B_m in (1, g * B_kv):      # a mask per query row (or one for all): (B', g, ...)
+            rows = xp.broadcast_to(mask, (g * B_kv, H_m, T, S)).reshape(B_kv, g, H_m, T, S)
+        elif B_m == B_kv:             # a mask per cached row, shared by its g query rows
+            rows = xp.broadcast_to(mask[:, None], (B_kv, g, H_m, T, S))
+        else:                         # does not fit: attention names the shapes
+            return mask
+        return rows.transpose(0, 2, 1, 3, 4).reshape(B_kv, H_m, g * T, S)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_heads={self.n_heads}"

@@ -79,6 +79,16 @@ def test_getitem_with_two_index_arrays_accumulates_pairs(device):
     assert_array_equal(grad(x), [[0, 0, 3], [4, 0, 0]])
 
 
+def test_getitem_with_tuples_of_positions_accumulates_as_with_lists(device):
+    """NumPy reads a tuple inside an index as positions (a gather), as it does a list."""
+    x = leaf(np.zeros((2, 3)))
+    x[:, (1, 1)].backward(const(np.ones((2, 2))))
+    assert_array_equal(grad(x), [[0, 2, 0], [0, 2, 0]])
+    y = leaf(np.zeros((2, 3)))
+    y[(0, 0), (1, 1)].backward(const([1.0, 2.0]))
+    assert_array_equal(grad(y), [[0, 3, 0], [0, 0, 0]])
+
+
 def test_getitem_slices_and_masks_put_dout_at_the_chosen_places(device):
     x = leaf(np.arange(6.0).reshape(2, 3))
     x[:, ::2].backward(const([[1.0, 2.0], [3.0, 4.0]]))
@@ -173,6 +183,17 @@ def test_div_and_pow_gradients(device):
     p = leaf([3.0, 0.5])
     (const([2.0, 4.0]) ** p).sum().backward()
     assert_allclose(grad(p), [8.0 * np.log(2.0), 2.0 * np.log(4.0)], rtol=1e-6)  # x^p log x
+
+
+def test_the_gradient_of_x_to_the_zero_is_zero_also_at_zero(device):
+    """x^0 = 1 is constant: its gradient is 0 everywhere, where p x^(p-1) = 0 · 0^(-1) would
+    be nan at x = 0 (as PyTorch), for a number and for a tensor exponent."""
+    x = leaf([0.0, 2.0])
+    (x ** 0.0).sum().backward()
+    assert_array_equal(grad(x), [0.0, 0.0])
+    y = leaf([0.0, 0.0, 3.0])
+    (y ** const([2.0, 0.0, 0.0])).sum().backward()
+    assert_array_equal(grad(y), [0.0, 0.0, 0.0])
 
 
 MATMUL_GRADS = {  # name: (a shape, b shape, da(a, b, dout), db(a, b, dout)), for y = a @ b

@@ -229,6 +229,37 @@ def test_cached_cross_attention_rows_can_serve_several_query_rows(device, mask_r
         attn(query[:5], memory, memory, None, cache=shared, static_kv=True)
 
 
+@pytest.mark.parametrize("layout", ["(T, S)", "(1, 1, T, S)", "(B', 1, T, S)",
+                                    "(B, 1, T, S)"])
+def test_cached_cross_attention_rows_take_masks_per_query_position(device, layout):
+    """The shared cached rows take every mask layout that attention on repeated rows takes,
+    also with more than one query position (a mask per position must follow its query)."""
+    mt.manual_seed(0)
+    attn = MultiHeadAttention(16, 4)
+    g, B_kv, T, S = 3, 2, 3, 5
+    rng = np.random.default_rng(1)
+    query = mt.tensor(rng.standard_normal((g * B_kv, T, 16)).astype(np.float32))
+    memory = mt.tensor(rng.standard_normal((B_kv, S, 16)).astype(np.float32))
+    rows = np.repeat(np.arange(B_kv), g)
+    banded = np.tril(np.ones((T, S), dtype=bool), k=1)                  # (T, S)
+    per_sentence = banded & (np.arange(S) < np.array([5, 3])[:, None, None])[:, None]
+    given = {"(T, S)": banded, "(1, 1, T, S)": banded[None, None],
+             "(B', 1, T, S)": per_sentence, "(B, 1, T, S)": per_sentence[rows]}[layout]
+    per_row = (np.broadcast_to(banded, (g * B_kv, 1, T, S)) if "B" not in layout
+               else per_sentence[rows])                                  # (B, 1, T, S)
+    shared, repeated = mt.nn.attention.KVCache(), mt.nn.attention.KVCache()
+    with mt.no_grad():
+        attn(query[:B_kv, :1], memory, memory, None, cache=shared, static_kv=True)
+        attn(query[:, :1], memory[rows], memory[rows], None, cache=repeated, static_kv=True)
+        out, weights = attn(query, memory, memory, given, cache=shared, static_kv=True,
+                            return_weights=True)
+        expected, expected_weights = attn(query, memory[rows], memory[rows], per_row,
+                                          cache=repeated, static_kv=True, return_weights=True)
+    assert_allclose(host(out), host(expected), atol=ATOL, rtol=0)
+    assert_allclose(host(weights), host(expected_weights), atol=ATOL, rtol=0)
+    assert host(weights)[~np.broadcast_to(per_row, (g * B_kv, 4, T, S))].max() == 0
+
+
 def test_self_attention_cache_keeps_stacked_weights_only_without_gradients(device):
     """While decoding without gradients a cache keeps the stacked Q/K/V projection of its
     first step for the next steps (the same numbers as stacking them again); with gradients
