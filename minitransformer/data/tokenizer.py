@@ -81,10 +81,10 @@ class Tokenizer:
         """Train a joint model on ``sentences`` (source and target lines together).
 
         In memory, no files written. ``model_type`` is "bpe" (the paper's choice), "unigram",
-        "char" or "word". ``character_coverage`` 1.0 keeps every character seen (right for
-        European languages; ~0.9995 suits scripts with thousands of characters). Every
-        sentence is used, however long. Raises DataError when ``vocab_size`` does not fit
-        the text, with the size that would.
+        "char" or "word". ``character_coverage`` (0.98 to 1.0) is the share of characters
+        kept: 1.0 keeps every one (right for European languages; ~0.9995 suits scripts with
+        thousands of characters). Every sentence is used, however long. Raises DataError
+        when ``vocab_size`` does not fit the text, with the size that would.
         """
         if model_type not in MODEL_TYPES:
             raise DataError(f"model_type {model_type!r} is not a SentencePiece model type; "
@@ -92,6 +92,12 @@ class Tokenizer:
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
             raise DataError(f"vocab_size must be a positive integer, got {vocab_size!r}; "
                             f"try 8000 for a corpus the size of Multi30k.")
+        if (isinstance(character_coverage, bool)
+                or not isinstance(character_coverage, (int, float))
+                or not 0.98 <= character_coverage <= 1.0):
+            raise DataError(f"character_coverage must be a number from 0.98 to 1.0 (the share "
+                            f"of the text's characters the vocabulary keeps), got "
+                            f"{character_coverage!r}; use 1.0 for European languages.")
         lines = _text_lines(sentences)
         # SentencePiece skips, without a word, sentences longer than max_sentence_length
         # bytes (4192 by default): raise it to the longest so every sentence is used.
@@ -107,6 +113,9 @@ class Tokenizer:
                 vocab_size=vocab_size, model_type=model_type,
                 character_coverage=character_coverage,
                 max_sentence_length=max(_DEFAULT_SENTENCE_BYTES, longest),
+                # a char model keeps all its characters, so too small a vocab_size shows up
+                # as a model larger than asked for (checked below) instead of lost characters
+                **({"use_all_vocab": True} if model_type == "char" else {}),
                 pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
                 # determinism: every sentence, in the given order, on one thread
                 input_sentence_size=0, shuffle_input_sentence=False, num_threads=1,
@@ -114,10 +123,14 @@ class Tokenizer:
         except (RuntimeError, ValueError) as e:
             raise _training_error(str(e), vocab_size, model_type) from None
         tokenizer = cls(writer.getvalue(), source="the trained model")
-        if tokenizer.vocab_size != vocab_size:  # a char model has one piece per character
+        size = tokenizer.vocab_size
+        if size > vocab_size:  # a char model needs one piece per character
+            raise DataError(f"vocab_size={vocab_size} is too small for a {model_type} model of "
+                            f"this text: its characters and the 4 special pieces need {size}; "
+                            f"pass vocab_size={size}.")
+        if size < vocab_size:  # and has no more pieces than that
             raise DataError(f"vocab_size={vocab_size} does not fit a {model_type} model of "
-                            f"this text, which has {tokenizer.vocab_size} pieces; pass "
-                            f"vocab_size={tokenizer.vocab_size}.")
+                            f"this text, which has {size} pieces; pass vocab_size={size}.")
         return tokenizer
 
     @classmethod
@@ -217,7 +230,7 @@ def _training_error(message: str, vocab_size: int, model_type: str) -> DataError
         return DataError(f"vocab_size={vocab_size} is too small: the text's characters and "
                          f"the 4 special pieces need at least {need}; pass vocab_size >= "
                          f"{need} or lower character_coverage.")
-    if "sentences_.empty()" in message:
+    if "sentences_.empty()" in message or "all_chars_count" in message:  # or only spaces
         return DataError("the training sentences contain no text; pass the (non-empty) "
                          "lines of the training corpus.")
     return DataError(f"SentencePiece could not train a {model_type} model "

@@ -180,18 +180,31 @@ def test_vocab_too_small_names_the_minimum():
         Tokenizer.train(CORPUS, vocab_size=10)
 
 
+def test_vocab_too_small_for_a_char_model_names_the_size():
+    chars = len(set(unicodedata.normalize("NFKC", "".join(CORPUS)).replace(" ", "")))
+    need = chars + 1 + 4  # the characters, the word-start mark "▁" and the special pieces
+    with pytest.raises(DataError, match=rf"vocab_size=10 is too small for a char model.*"
+                                        rf"vocab_size={need}\.$"):
+        Tokenizer.train(CORPUS, vocab_size=10, model_type="char")
+    tok = Tokenizer.train(CORPUS, vocab_size=need, model_type="char")
+    assert tok.decode(tok.encode(CORPUS[4])) == CORPUS[4]
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"vocab_size": 100, "model_type": "wordpiece"}, "not a SentencePiece model type"),
     ({"vocab_size": 0}, "positive integer"),
+    ({"vocab_size": 100, "character_coverage": 0.0}, "character_coverage must be .* got 0.0"),
+    ({"vocab_size": 100, "character_coverage": 1.5}, "character_coverage must be .* got 1.5"),
 ])
 def test_bad_options(kwargs, message):
     with pytest.raises(DataError, match=message):
         Tokenizer.train(CORPUS, **kwargs)
 
 
-def test_no_text():
+@pytest.mark.parametrize("sentences", [["", ""], ["  ", "\t", " \n "]])
+def test_no_text(sentences):
     with pytest.raises(DataError, match="contain no text"):
-        Tokenizer.train(["", ""], vocab_size=100)
+        Tokenizer.train(sentences, vocab_size=100)
 
 
 def test_non_string_sentence():
