@@ -81,19 +81,23 @@ def find_multi30k(directory: str | Path) -> dict[str, Path]:
 
 
 def verify_multi30k(directory: str | Path) -> dict[str, Path]:
-    """``find_multi30k``, then check every file's text digest and line count; returns the paths.
+    """Check that every file is present, with the right text digest and line count; returns
+    the paths like ``find_multi30k``.
 
     Raises one DataError listing every file that is missing, unreadable or differs.
     """
-    paths = find_multi30k(directory)
-    problems = [problem for name, path in paths.items()
-                if (problem := _check(name, path)) is not None]
+    directory = Path(directory).expanduser()
+    paths = {name: directory / name for name in MULTI30K_FILES}
+    problems = []
+    for name, path in paths.items():
+        problem = _check(name, path) if path.is_file() else f"{name} is missing"
+        if problem is not None:
+            problems.append(problem)
     if problems:
         raise DataError(
-            "Multi30k files in " + str(Path(directory).expanduser()) + " do not verify:\n  "
-            + "\n  ".join(problems)
-            + f"\nDelete them and run `{_COMMAND} {directory}` again, or copy them by hand "
-            f"from {DEFAULT_BASE_URL}."
+            f"Multi30k files in {directory} do not verify:\n  " + "\n  ".join(problems)
+            + f"\nRun `{_COMMAND} {directory}` to download them again (files that verify "
+            f"are kept), or copy them by hand from {DEFAULT_BASE_URL}."
         )
     return paths
 

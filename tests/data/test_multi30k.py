@@ -199,11 +199,13 @@ def test_verify_lists_every_bad_file(server, synthetic, tmp_path):
     download(server, dest)
     (dest / "train.en.gz").write_bytes(b"not gzip")
     (dest / "val.de.gz").write_bytes(gzip.compress(b"one line\n"))
+    (dest / "test_2016_flickr.en.gz").unlink()
     with pytest.raises(DataError) as info:
         verify_multi30k(dest)
     message = str(info.value)
     assert "train.en.gz is not a readable" in message
     assert "val.de.gz has the wrong content" in message
+    assert "test_2016_flickr.en.gz is missing" in message
     assert "train.de.gz" not in message
 
 
