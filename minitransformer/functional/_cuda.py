@@ -95,7 +95,8 @@ template <typename T> __device__ void layer_norm_backward(
         dx[at + c] = r * (dout[at + c] * gain[c] - mean_g - x_hat[at + c] * mean_gx);
 }
 
-// s = exp(s - m) / Σ exp(s - m), m the row maximum, in place; 0 for a row of -∞ only
+// s = exp(s - m) / Σ exp(s - m), m the row maximum, in place; 0 for a row of -∞ only, nan
+// for a row with a nan or +∞ score (its Σ is nan), as on the CPU: an overflow stays visible
 template <typename T> __device__ void softmax_rows(T* s, int rows, int S) {
     const int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
     if (row >= rows) return;
@@ -107,7 +108,8 @@ template <typename T> __device__ void softmax_rows(T* s, int rows, int S) {
     T total = 0;
     for (int j = lane; j < S; j += 32) total += exp(r[j] - m);
     total = warp_sum(total);
-    for (int j = lane; j < S; j += 32) r[j] = total > 0 ? exp(r[j] - m) / total : (T)0;
+    for (int j = lane; j < S; j += 32)
+        r[j] = total > 0 || isnan(total) ? exp(r[j] - m) / total : (T)0;
 }
 
 // m = max_v z, total = Σ_v exp(z - m), sum_z = Σ_v z, per row of the (N, V) logits

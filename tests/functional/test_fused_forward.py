@@ -146,6 +146,23 @@ def test_attention_matches_a_loop_over_queries(device, mask_kind):
     assert not weights.requires_grad and weights.shape == (2, 3, 4, 6)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")     # NumPy's on inf - inf
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_attention_rows_with_a_nan_or_infinite_score_give_nan_on_every_device(device, bad):
+    """An overflow in Q Kᵀ must stay visible as nan (as in PyTorch), never turn into zero
+    weights that the training loop's finiteness checks cannot see; rows without the bad
+    key, and fully masked rows, are unaffected."""
+    q, k, v = normal(1, 1, 3, 4), normal(1, 1, 5, 4), normal(1, 1, 5, 2)
+    q[0, 0, 0] = bad                                   # query 0 scores nan or ±inf
+    mask = np.ones((3, 5), dtype=bool)
+    mask[2] = False                                    # query 2 sees no key
+    out, weights = F.scaled_dot_product_attention(on(device, q), on(device, k), on(device, v),
+                                                  on(device, mask), return_weights=True)
+    assert np.isnan(host(weights)[0, 0, 0]).all() and np.isnan(host(out)[0, 0, 0]).all()
+    assert np.isfinite(host(out)[0, 0, 1]).all()
+    assert not host(weights)[0, 0, 2].any() and not host(out)[0, 0, 2].any()
+
+
 def test_causal_mask_is_lower_triangular_on_the_device(device):
     mask = F.causal_mask(4)
     assert mask.device == device and mask.dtype == np.bool_
