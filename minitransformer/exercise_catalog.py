@@ -87,7 +87,9 @@ def _layer_norm_hint(clue: Clue) -> str | None:
     if _close(err, rstd * x_hat * (g * x_hat).mean(-1, keepdims=True)):
         return ("the error is proportional to x̂ in each row: the path through the variance σ² "
                 "(inside rstd) is missing or wrong.")
-    if clue.expected.any() and _close(clue.got * gain, clue.expected):
+    d = clue.dout  # the gradient with g = dout, as if gain were all ones
+    if _close(clue.got, rstd * (d - d.mean(-1, keepdims=True)
+                                - x_hat * (d * x_hat).mean(-1, keepdims=True))):
         return "the gain is missing: the gradient reaching x̂ is dout ∘ gain."
     return None
 

@@ -62,6 +62,15 @@ def layer_norm_without_mean(right, inputs, args, dout):
     return rstd * (g - x_hat * (g * x_hat).mean(-1, keepdims=True))
 
 
+def layer_norm_without_gain(right, inputs, args, dout):
+    x = inputs["x"]
+    xc = x - x.mean(-1, keepdims=True)
+    rstd = 1 / np.sqrt((xc * xc).mean(-1, keepdims=True) + args[0])
+    x_hat = xc * rstd
+    return rstd * (dout - dout.mean(-1, keepdims=True)
+                   - x_hat * (dout * x_hat).mean(-1, keepdims=True))
+
+
 def unsmoothed(right, inputs, args, dout):
     return library_grads("cross_entropy", inputs, (0.0, args[1]), dout)["logits"]
 
@@ -88,6 +97,8 @@ MISTAKES = [
     ("layer_norm", "dx = rstd * (g - mean_g - x_hat * mean_gx)",
      "dx = rstd * (g - x_hat * mean_gx)", "dx", "x", "path through the mean",
      layer_norm_without_mean),
+    ("layer_norm", "g = dout * gain ", "g = dout ", "dx", "x", "the gain is missing",
+     layer_norm_without_gain),
     ("attention", "dq = dscores @ k * self.scale ", "dq = dscores @ k ", "dq", "q",
      "factor √D = 2.000", lambda right, *_: 2 * right),
     ("embedding", "np.add.at(dW, ids.reshape(-1), dout.reshape(-1, C)) ",
@@ -126,7 +137,8 @@ def test_untouched_exercise_is_not_written_yet(name, capsys):
 
 @pytest.mark.parametrize("name, old, new, grad, input_name, hint, wrong", MISTAKES,
                          ids=["linear-transposed-dW", "softmax-zeros", "softmax-diagonal",
-                              "layer_norm-no-mean-term", "attention-no-scale-in-dq",
+                              "layer_norm-no-mean-term", "layer_norm-no-gain",
+                              "attention-no-scale-in-dq",
                               "embedding-no-accumulation", "embedding-padding-row",
                               "cross_entropy-no-smoothing"])
 def test_a_wrong_backward_is_located_and_explained(tmp_path, name, old, new, grad, input_name,
