@@ -117,15 +117,27 @@ def _load_function(exercise: Exercise, path: Path) -> type | str:
         return f"importing {path} failed{_where(exc, path)}: {type(exc).__name__}: {exc}"
     finally:
         sys.modules.pop(module_name, None)
+    # The class, and the backward above all, must be the learner's: one imported from the
+    # library (or inheriting its backward) would pass as their own work.
     cls = getattr(module, exercise.class_name, None)
-    if isinstance(cls, type) and issubclass(cls, Function):
-        return cls
-    found = [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, Function)
-             and v.__module__ == module_name]
-    if len(found) == 1:
-        return getattr(module, found[0])
-    return (f"{path} defines no Function subclass named {exercise.class_name}"
-            f"{' (found ' + ', '.join(found) + ')' if found else ''}.")
+    if not (isinstance(cls, type) and issubclass(cls, Function)):
+        found = [n for n, v in vars(module).items() if isinstance(v, type)
+                 and issubclass(v, Function) and v.__module__ == module_name]
+        if len(found) != 1:
+            return (f"{path} defines no Function subclass named {exercise.class_name}"
+                    f"{' (found ' + ', '.join(found) + ')' if found else ''}.")
+        cls = getattr(module, found[0])
+    start = f"starting from lessons/exercises/{exercise.name}.py"
+    if cls.__module__ != module_name:
+        return (f"{path} imports {cls.__name__} from {cls.__module__} instead of defining it; "
+                f"write the class in the file itself, {start}.")
+    origin = getattr(cls.backward, "__module__", None)
+    if cls.backward is Function.backward:
+        return f"{path}'s {cls.__name__} has no backward; write it in the class, {start}."
+    if origin != module_name:
+        return (f"{path}'s {cls.__name__} takes its backward from {origin} instead of "
+                f"defining it; write backward in the class itself, {start}.")
+    return cls
 
 
 def _where(exc: BaseException, path: Path) -> str:

@@ -202,6 +202,27 @@ def test_a_file_that_calls_sys_exit_fails_instead_of_passing(tmp_path, capsys):
     assert not result.passed and "backward raised" in result.message
 
 
+def test_the_librarys_class_or_backward_does_not_pass_as_the_learners(tmp_path):
+    path = tmp_path / "softmax.py"
+    path.write_text("from minitransformer.functional.activation import Softmax\n")
+    result = check_exercise("softmax", path)
+    assert not result.passed
+    assert result.message == (
+        f"softmax: {path} imports Softmax from minitransformer.functional.activation instead "
+        f"of defining it; write the class in the file itself, starting from "
+        f"lessons/exercises/softmax.py.")
+    path.write_text("from minitransformer.functional import activation\n\n"
+                    "class Softmax(activation.Softmax):\n    pass\n")
+    result = check_exercise("softmax", path)
+    assert not result.passed
+    assert "takes its backward from minitransformer.functional.activation" in result.message
+    path.write_text("from minitransformer import Function\n\n"
+                    "class Softmax(Function):\n    def forward(self, x):\n        return x\n")
+    result = check_exercise("softmax", path)
+    assert not result.passed and "Softmax has no backward; write it in the class" in \
+        result.message
+
+
 def test_usage_errors_exit_2(tmp_path, capsys):
     assert cli.main(["check-exercise", "softmaxx", "x.py"]) == 2
     assert "choose one of linear, softmax, layer_norm" in capsys.readouterr().err
