@@ -293,7 +293,12 @@ def _hint(exercise: Exercise, clue: Clue) -> str:
     if clue.factor is not None:
         if abs(clue.factor + 1) < 1e-6:
             return "the sign is flipped: check the signs of your terms."
-        return f"off by a constant factor {clue.factor:.3f}: check the scale."
+        c = clue.factor
+        if abs(c - 1) < 1e-3:  # printed as 1.000 it would look like no factor at all
+            return (f"off by a constant factor 1 {'+' if c > 1 else '-'} {abs(c - 1):.2g}, "
+                    "almost 1: is a small constant such as eps missing, or used differently "
+                    "than in forward?")
+        return f"off by a constant factor {c:.4g}: check the scale."
     if got.ndim == 2 and got.shape[0] == got.shape[1] and np.allclose(got.T, expected):
         return "this is the transpose of the right gradient: check the order of the factors."
     if err.ndim and err.shape[-1] > 1 and np.abs(err - err.mean(-1, keepdims=True)).max() \

@@ -6,6 +6,7 @@ independently: the right gradient from the library's autograd, the wrong one fro
 """
 
 import ast
+import re
 from pathlib import Path
 
 import numpy as np
@@ -174,6 +175,20 @@ def test_ignored_targets_and_a_missing_mean_are_recognised(tmp_path):
         "cross_entropy", ignored).message
     by_rows = edited(tmp_path, "cross_entropy", "dout / n_real", "dout / len(real)")
     assert "divided by all the rows" in check_exercise("cross_entropy", by_rows).message
+
+
+@pytest.mark.parametrize("name, old, new, hint", [
+    ("linear", "dW = dout2.T @ x2 ", "dW = 2.5 * dout2.T @ x2 ",
+     r"hint: off by a constant factor 2\.5: check the scale\."),
+    # rstd recomputed without eps: a factor of about 1 + 3e-06, not to be printed as "1.000"
+    ("layer_norm", "x_hat, rstd, gain = self.saved",
+     "x_hat, rstd, gain = self.saved\n        rstd = 1 / np.sqrt(1 / rstd**2 - self.eps)",
+     r"hint: off by a constant factor 1 \+ \d\.\de-06, almost 1: is a small constant such "
+     r"as eps missing"),
+], ids=["factor-2.5", "factor-almost-1"])
+def test_a_constant_factor_is_printed_so_that_it_shows(tmp_path, name, old, new, hint):
+    message = check_exercise(name, edited(tmp_path, name, old, new)).message
+    assert re.search(hint, message), message
 
 
 def test_syntax_import_and_runtime_errors_name_the_line(tmp_path):
