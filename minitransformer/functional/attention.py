@@ -206,8 +206,12 @@ def scaled_dot_product_attention(q, k, v, mask=None, return_weights=False):
     if mask is None:
         out = fn(q, k, v)
     else:
-        mask = Tensor(on_device_of(q, mask))  # a Tensor: kept boolean, never cast to float
-        out = fn(q, k, v, mask)
+        mask = on_device_of(q, mask)
+        if mask.dtype.kind != "b":
+            raise TypeError(f"scaled_dot_product_attention: the mask must be boolean (True = "
+                            f"may attend), got dtype {mask.dtype}; build it with a comparison "
+                            "such as (ids != pad_id).")
+        out = fn(q, k, v, Tensor(mask))  # a Tensor: kept boolean, never cast to float
     if not return_weights:
         return out
     weights, fn.weights = Tensor(fn.weights), None

@@ -68,7 +68,7 @@ def _check_ids(ids, V: int) -> None:
     if ids.size == 0:
         return
     low, high = int(ids.min()), int(ids.max())
-    bad = [i for i in (low, high) if not 0 <= i < V]
+    bad = sorted({i for i in (low, high) if not 0 <= i < V})
     if bad:
         which = f"token id {bad[0]} is" if len(bad) == 1 else f"token ids {low} and {high} are"
         raise ValueError(f"embedding: {which} outside the vocabulary of {V} entries "

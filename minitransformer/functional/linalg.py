@@ -81,6 +81,10 @@ class Linear(Function):
     relu = False  # LinearReLU: y = max(0, x Wᵀ + b)
 
     def forward(self, x, weight, bias=None):
+        if x.dtype.kind != "f" or weight.dtype.kind != "f":
+            raise TypeError(f"linear: the input and the weight must be floating point, got "
+                            f"dtypes {x.dtype} and {weight.dtype}; convert the input with "
+                            ".astype(weight.dtype) (token ids go through an embedding first).")
         if weight.ndim != 2:
             raise ValueError(f"linear: weight must be 2-D (C_out, C_in), got shape "
                              f"{tuple(weight.shape)}.")

@@ -109,7 +109,7 @@ class CrossEntropy(Function):
         if not bool(xp.any((t_safe < 0) | (t_safe >= V))):
             return
         low, high = int(t_safe.min()), int(t_safe.max())
-        bad = [i for i in (low, high) if not 0 <= i < V]
+        bad = sorted({i for i in (low, high) if not 0 <= i < V})
         which = f"target id {bad[0]} is" if len(bad) == 1 else \
             f"target ids {low} and {high} are"
         allowed = "" if self.ignore_index is None else \

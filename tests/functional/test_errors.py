@@ -180,3 +180,29 @@ def test_sum_to_a_larger_shape_is_refused(device):
     with pytest.raises(ValueError, match=re.escape("sum_to: shape (2, 3) does not broadcast to "
                                                    "(3,)")):
         F.sum_to(x(3), (2, 3))
+
+
+def test_attention_with_a_non_boolean_mask_says_the_mask_must_be_boolean(device):
+    q = x(2, 3)
+    for mask in (mt.tensor([[1.0, 0.0, 1.0]] * 2), mt.tensor([[1, 0, 1]] * 2)):
+        with pytest.raises(TypeError, match="scaled_dot_product_attention: the mask must be "
+                                            "boolean"):
+            F.scaled_dot_product_attention(q, q, q, mask)
+
+
+def test_linear_of_integer_input_says_to_convert_it(device):
+    ids = mt.tensor([[1, 2, 3, 4]])
+    with pytest.raises(TypeError, match="linear: the input and the weight must be floating "
+                                        "point, got dtypes int64 and float32"):
+        F.linear(ids, x(5, 4))
+
+
+@pytest.mark.parametrize("op", ["embedding", "cross_entropy"])
+def test_one_out_of_range_id_is_named_once(device, op):
+    ids = mt.tensor([7, 7, 7])
+    with pytest.raises(ValueError) as info:
+        if op == "embedding":
+            F.embedding(ids, x(5, 2))
+        else:
+            F.cross_entropy(x(3, 5), ids)
+    assert "id 7 is outside" in str(info.value) and "7 and 7" not in str(info.value)
