@@ -183,8 +183,8 @@ def test_sum_to_a_larger_shape_is_refused(device):
 
 
 def test_attention_with_a_non_boolean_mask_says_the_mask_must_be_boolean(device):
-    q = x(2, 3)
-    for mask in (mt.tensor([[1.0, 0.0, 1.0]] * 2), mt.tensor([[1, 0, 1]] * 2)):
+    q = x(2, 3).astype("float64")             # a float32 mask beside float64 inputs, too
+    for mask in (mt.tensor([[1.0, 0.0, 1.0]] * 2, dtype="float32"), mt.tensor([[1, 0, 1]] * 2)):
         with pytest.raises(TypeError, match="scaled_dot_product_attention: the mask must be "
                                             "boolean"):
             F.scaled_dot_product_attention(q, q, q, mask)
