@@ -79,7 +79,7 @@ def schedule(rates: Sequence[float], title: str = "learning rate",
 def training_curves(log: str | Path, path: str | Path | None = None) -> Any:
     """Training loss per step and validation loss and BLEU from a run's ``log.jsonl``."""
     lines = Path(log).read_text(encoding="utf-8").splitlines()  # JSON is UTF-8, not the locale's
-    records = [json.loads(line) for line in lines if line]
+    records = [json.loads(line) for line in lines if line.strip()]
     steps = [r for r in records if "loss" in r]
     validations = [r["validation"] for r in records if "validation" in r]
     plt = _pyplot()

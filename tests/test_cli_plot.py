@@ -29,6 +29,28 @@ def test_attention_of_a_sentence(checkpoint, tmp_path, kind):
     assert out.stat().st_size > 0
 
 
+def test_the_rows_of_decoder_attention_are_the_tokens_the_model_generated(checkpoint,
+                                                                          tmp_path,
+                                                                          monkeypatch):
+    """The output is drawn as the model produced it (its greedy ids), not as its text would
+    be encoded again, which can split the words otherwise."""
+    from minitransformer import viz
+    from minitransformer.checkpoint import load_checkpoint, restore_model
+    from minitransformer.decode import greedy_decode
+
+    drawn = {}
+    monkeypatch.setattr(viz, "attention_heads",
+                        lambda weights, queries, keys, **kw: drawn.update(queries=queries))
+    for sentence in ("the dog runs", "a cat sees the dog", "der hund"):
+        assert cli.main(["plot", "attention", sentence, "--checkpoint", str(checkpoint),
+                         "--kind", "decoder", "--out", str(tmp_path / "d.png")]) == 0
+        ckpt = load_checkpoint(checkpoint)
+        tokenizer = Tokenizer.from_bytes(ckpt.tokenizer_bytes)
+        generated = greedy_decode(restore_model(ckpt), [tokenizer.encode(sentence)],
+                                  tokenizer.bos_id, tokenizer.eos_id)[0][:40]
+        assert drawn["queries"] == ["<s>", *(tokenizer.id_to_piece(i) for i in generated)]
+
+
 def test_a_sentence_longer_than_the_model_takes_is_cut_with_a_warning(checkpoint, tmp_path,
                                                                        capsys):
     out = tmp_path / "long.png"
@@ -62,6 +84,8 @@ def test_positions_schedule_curves_and_gradcheck(tmp_path, capsys):
     ('{"step": 1, "loss": 3.0}\n[1, 2]\n', "line 2 is not a training or validation record"),
     ('{"loss": 3.0}\n', "line 1 is not a training or validation record"),
     ('{"validation": {"step": 1}}\n', "line 1 is not a training or validation record"),
+    ("", "holds no training or validation records"),
+    ('{"a": 1}\n', "holds no training or validation records"),
 ])
 def test_a_log_that_is_not_a_runs_log_is_explained(text, message, tmp_path, capsys):
     log = tmp_path / "log.jsonl"
@@ -70,6 +94,13 @@ def test_a_log_that_is_not_a_runs_log_is_explained(text, message, tmp_path, caps
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "c.png").exists()
+
+
+def test_blank_lines_of_a_log_are_skipped(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 1, "loss": 2.0}\n  \n\n{"step": 2, "loss": 1.5}\n')
+    assert cli.main(["plot", "curves", str(log), "--out", str(tmp_path / "c.png")]) == 0
+    assert (tmp_path / "c.png").stat().st_size > 0
 
 
 def test_a_log_that_is_not_text_is_explained(tmp_path, capsys):

@@ -62,7 +62,7 @@ def run_attention(args: argparse.Namespace) -> int:
     from .. import no_grad, viz
     from ..checkpoint import CheckpointError
     from ..data.errors import DataError
-    from ..translator import translate
+    from ..decode import greedy_decode
     from .translate import load_translator
 
     _matplotlib()
@@ -87,7 +87,9 @@ def run_attention(args: argparse.Namespace) -> int:
         print(f"warning: the sentence's {len(src_ids)} tokens were cut to {longest}, the "
               "model's longest input.", file=sys.stderr)
         src_ids = src_ids[:longest]
-    out_ids = tokenizer.encode(translate(model, tokenizer, [args.sentence])[0])[:40]
+    # the ids the model generated (greedy), not its text encoded again: re-encoding can split
+    # the words otherwise, and the rows would belong to a sequence the model never produced
+    out_ids = greedy_decode(model, [src_ids], tokenizer.bos_id, tokenizer.eos_id)[0][:40]
     attention.record_weights = True
     with no_grad():
         model([src_ids], [[tokenizer.bos_id, *out_ids]])
@@ -155,6 +157,7 @@ def _log_problem(log: Path) -> str | None:
         return f"{log} is not a text file; {fix}"
     except OSError as exc:
         return f"{log} could not be read ({exc.strerror or exc}); {fix}"
+    records = 0
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -168,6 +171,9 @@ def _log_problem(log: Path) -> str | None:
                 "validation" in record and not _numbers(validation, "step", "valid_loss")):
             return (f"{log}: line {number} is not a training or validation record of a run's "
                     f"log; {fix}")
+        records += "loss" in record or "validation" in record
+    if not records:
+        return f"{log} holds no training or validation records, so there is nothing to draw; {fix}"
     return None
 
 
