@@ -2,16 +2,15 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 import tracemalloc
 import zipfile
 
 import numpy as np
 import pytest
+from killing import sigkill_when
 
 import minitransformer as mt
 from minitransformer import functional as F
@@ -110,17 +109,7 @@ def test_a_process_killed_in_the_middle_of_a_save_leaves_the_previous_checkpoint
     path = tmp_path / "last.npz"
     child = subprocess.Popen([sys.executable, str(script), str(path),
                               str(os.path.dirname(__file__))])
-    deadline = time.monotonic() + 60
-    try:
-        while not (tmp_path / "inside-save").exists():
-            assert child.poll() is None, "the saving process ended early"
-            assert time.monotonic() < deadline, "the saving process never got there"
-            time.sleep(0.05)
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=10)
-    finally:
-        if child.poll() is None:
-            child.kill()
+    sigkill_when(child, (tmp_path / "inside-save").exists, "the saving process")
     assert load_checkpoint(path).state == {"step": 1}
     restore_model(load_checkpoint(path))
     # the half-written temporary file stays until a later run removes it

@@ -2,15 +2,14 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from killing import sigkill_when
 from train_task import make_trainer
 
 import minitransformer.train as train_module
@@ -238,17 +237,7 @@ def run_child(tmp_path, mode, ready):
     path = [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
     child = subprocess.Popen([sys.executable, str(script), str(run_dir), mode], env=env)
-    deadline = time.monotonic() + 60
-    try:
-        while not ready(run_dir):
-            assert child.poll() is None, "the training process ended early"
-            assert time.monotonic() < deadline, "the training process never got there"
-            time.sleep(0.05)
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=10)
-    finally:
-        if child.poll() is None:
-            child.kill()
+    sigkill_when(child, lambda: ready(run_dir), "the training process")
     return run_dir
 
 
