@@ -95,6 +95,15 @@ def decoding_tables(decoding: dict) -> str:
     return f"{speed}\n\n{cache}"
 
 
+def _alternation(decoding: dict) -> str:
+    """How the timed runs of the two implementations were interleaved."""
+    if decoding.get("alternation") == "batch":
+        return ("the two alternating batch by batch (each batch decoded by one straight after "
+                "the other, which goes first alternating), a run's time the sum over its "
+                "batches")
+    return "alternating run by run"
+
+
 def report(results: dict) -> str:
     """The Markdown report of a run: every part it measured (a run with --only has fewer)."""
     m = results["machine"]
@@ -142,11 +151,12 @@ def report(results: dict) -> str:
             f"{d['length_penalty']}, at most {d['max_len']} tokens; the same algorithm on both "
             "sides (bench/torch_model.py ports minitransformer/decode.py: with the cache, a "
             "sentence's beams share one row of cross-attention keys and values); each case "
-            f"runs {d['repeats']} times per side, alternating, and the ratio is the median of "
-            "the per-run ratios. Without the cache every step decodes the whole prefix again "
-            "(all its positions, through the output projection too, as `Transformer.decode` "
-            "does). The forced case decodes the first batch with an EOS id that no step can "
-            f"produce, so every sentence runs {d['forced_length']['length']} steps.\n",
+            f"runs {d['repeats']} times per side, {_alternation(d)}, and the ratio is the "
+            "median of the per-run ratios. Without the cache every step decodes the whole "
+            "prefix again (all its positions, through the output projection too, as "
+            "`Transformer.decode` does). The forced case decodes the first batch with an EOS "
+            "id that no step can produce, so every sentence runs "
+            f"{d['forced_length']['length']} steps.\n",
             decoding_tables(d) + "\n",
         ]
     parts += ["### CUDA\n", results["cuda"] if isinstance(results["cuda"], str)

@@ -19,8 +19,9 @@ One run measures, in order:
 4. Peak memory of two training steps, each implementation in a fresh subprocess.
 5. Decoding: greedy and beam search, with and without the key/value cache, the same
    algorithm on both sides (torch_model.py ports minitransformer/decode.py), each case
-   --decode-repeats times, alternating, and a forced length (an EOS id that no step can
-   produce) to see what the cache saves at 50 tokens.
+   --decode-repeats times, the two alternating batch by batch (so that a slow stretch of the
+   machine hits both), and a forced length (an EOS id that no step can produce) to see what
+   the cache saves at 50 tokens.
 
 Writes every raw timing as JSON (--output) and the tables as Markdown (--markdown). NumPy's
 BLAS reads its thread count only when it loads, so the script runs itself again with
@@ -417,6 +418,21 @@ def decoding_inputs(args) -> tuple:
     return model, batches, what
 
 
+def decode_batch(impl: str, model, src, algorithm: str, use_cache: bool, args,
+                 eos_id: int = EOS_ID, max_len: int | None = None) -> list:
+    """The hypotheses (token id lists) of one padded batch of sources."""
+    if impl == "torch":
+        src = torch.as_tensor(src, device=args.device)
+        if algorithm == "greedy":
+            return torch_greedy_decode(model, src, BOS_ID, eos_id, max_len, use_cache)
+        return torch_beam_search(model, src, BOS_ID, eos_id, args.beam, args.alpha, max_len,
+                                 use_cache)
+    if algorithm == "greedy":
+        return greedy_decode(model, src, BOS_ID, eos_id, max_len, use_cache=use_cache)
+    return beam_search(model, src, BOS_ID, eos_id, args.beam, args.alpha, max_len,
+                       use_cache=use_cache)
+
+
 def decode_all(impl: str, model, batches: list, algorithm: str, use_cache: bool, args,
                eos_id: int = EOS_ID, max_len: int | None = None) -> tuple[float, list]:
     """Seconds to decode every batch, and the hypotheses (token id lists) in batch order."""
@@ -424,22 +440,26 @@ def decode_all(impl: str, model, batches: list, algorithm: str, use_cache: bool,
 
     def run():
         for src in batches:
-            if impl == "torch":
-                src = torch.as_tensor(src, device=args.device)
-                if algorithm == "greedy":
-                    hyps.extend(torch_greedy_decode(model, src, BOS_ID, eos_id, max_len,
-                                                    use_cache))
-                else:
-                    hyps.extend(torch_beam_search(model, src, BOS_ID, eos_id, args.beam,
-                                                  args.alpha, max_len, use_cache))
-            elif algorithm == "greedy":
-                hyps.extend(greedy_decode(model, src, BOS_ID, eos_id, max_len,
-                                          use_cache=use_cache))
-            else:
-                hyps.extend(beam_search(model, src, BOS_ID, eos_id, args.beam, args.alpha,
-                                        max_len, use_cache=use_cache))
+            hyps.extend(decode_batch(impl, model, src, algorithm, use_cache, args, eos_id,
+                                     max_len))
 
     return timed(run, args.device), hyps
+
+
+def decode_alternating(models: dict, batches: list, algorithm: str, use_cache: bool, args,
+                       rep: int) -> dict:
+    """Every batch decoded by both implementations, one straight after the other (which goes
+    first alternates from batch to batch and from run to run), so that a slow stretch of the
+    machine hits both: {impl: (seconds summed over the batches, hypotheses in batch order)}."""
+    seconds = dict.fromkeys(IMPLS, 0.0)
+    hyps: dict[str, list] = {impl: [] for impl in IMPLS}
+    for i, src in enumerate(batches):
+        for impl in (IMPLS if (rep + i) % 2 == 0 else IMPLS[::-1]):
+            batch_seconds, batch_hyps = decode_all(impl, models[impl], [src], algorithm,
+                                                   use_cache, args)
+            seconds[impl] += batch_seconds
+            hyps[impl].extend(batch_hyps)
+    return {impl: (seconds[impl], hyps[impl]) for impl in IMPLS}
 
 
 def time_decoding(args) -> dict:
@@ -449,19 +469,18 @@ def time_decoding(args) -> dict:
     models = {"minitransformer": ours, "torch": theirs}
     n = sum(len(b) for b in batches)
     print(f"  {what}, batches of {args.decode_batch}", flush=True)
-    for impl in IMPLS:  # warm-up on a few sentences
-        for algorithm in ("greedy", "beam"):
-            decode_all(impl, models[impl], [batches[0][:4]], algorithm, True, args, max_len=3)
+    for impl in IMPLS:  # warm-up on the first batch: a library's first call at a new size
+        for algorithm in ("greedy", "beam"):  # may pay once (PyTorch's first took 4x longer)
+            decode_all(impl, models[impl], batches[:1], algorithm, True, args)
 
     cases = []
     for algorithm, use_cache in [("greedy", True), ("greedy", False), ("beam", True),
                                  ("beam", False)]:
         case = {"algorithm": algorithm, "use_cache": use_cache, "sentences": n}
         runs: dict[str, list] = {impl: [] for impl in IMPLS}
-        for rep in range(args.decode_repeats):  # alternating, as the training steps
-            for impl in (IMPLS if rep % 2 == 0 else IMPLS[::-1]):
-                seconds, hyps = decode_all(impl, models[impl], batches, algorithm, use_cache,
-                                           args)
+        for rep in range(args.decode_repeats):  # alternating batch by batch
+            timings = decode_alternating(models, batches, algorithm, use_cache, args, rep)
+            for impl, (seconds, hyps) in timings.items():
                 runs[impl].append(seconds)
                 case[impl] = {"hyps": hyps}
         for impl in IMPLS:
@@ -508,7 +527,7 @@ def time_decoding(args) -> dict:
           f"{forced['minitransformer']['speedup']:.1f}x, torch {forced['torch']['speedup']:.1f}x",
           flush=True)
     return {"inputs": what, "batch_size": args.decode_batch, "beam_size": args.beam,
-            "repeats": args.decode_repeats,
+            "repeats": args.decode_repeats, "alternation": "batch",
             "length_penalty": args.alpha, "max_len": "each source's length + 50",
             "cases": cases, "cache_speedup": cache_speedup, "forced_length": forced}
 
@@ -570,7 +589,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--memory-lengths", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--sentences", type=int, default=500)
     parser.add_argument("--decode-batch", type=int, default=100)
-    parser.add_argument("--decode-repeats", type=int, default=3,
+    parser.add_argument("--decode-repeats", type=int, default=5,
                         help="runs of each decoding case per implementation")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty α")
