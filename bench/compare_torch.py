@@ -589,8 +589,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--memory-lengths", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--sentences", type=int, default=500)
     parser.add_argument("--decode-batch", type=int, default=100)
-    parser.add_argument("--decode-repeats", type=int, default=5,
-                        help="runs of each decoding case per implementation")
+    parser.add_argument("--decode-repeats", type=int, default=6,
+                        help="runs of each decoding case per implementation (even: each "
+                             "batch is decoded first by either as often)")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty α")
     parser.add_argument("--forced-length", type=int, default=50)
