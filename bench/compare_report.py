@@ -101,7 +101,8 @@ def _alternation(decoding: dict) -> str:
         return ("the two alternating batch by batch (each batch decoded by one straight after "
                 "the other, which goes first alternating), a run's time the sum over its "
                 "batches")
-    return "alternating run by run"
+    return ("alternating run by run (each run decodes every batch with one implementation, "
+            "which goes first alternating)")
 
 
 def report(results: dict) -> str:

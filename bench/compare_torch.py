@@ -19,9 +19,9 @@ One run measures, in order:
 4. Peak memory of two training steps, each implementation in a fresh subprocess.
 5. Decoding: greedy and beam search, with and without the key/value cache, the same
    algorithm on both sides (torch_model.py ports minitransformer/decode.py), each case
-   --decode-repeats times, the two alternating batch by batch (so that a slow stretch of the
-   machine hits both), and a forced length (an EOS id that no step can produce) to see what
-   the cache saves at 50 tokens.
+   --decode-repeats times per side, alternating run by run (--decode-alternation batch: batch
+   by batch), and a forced length (an EOS id that no step can produce) to see what the cache
+   saves at 50 tokens.
 
 Writes every raw timing as JSON (--output) and the tables as Markdown (--markdown). NumPy's
 BLAS reads its thread count only when it loads, so the script runs itself again with
@@ -478,8 +478,13 @@ def time_decoding(args) -> dict:
                                  ("beam", False)]:
         case = {"algorithm": algorithm, "use_cache": use_cache, "sentences": n}
         runs: dict[str, list] = {impl: [] for impl in IMPLS}
-        for rep in range(args.decode_repeats):  # alternating batch by batch
-            timings = decode_alternating(models, batches, algorithm, use_cache, args, rep)
+        for rep in range(args.decode_repeats):
+            if args.decode_alternation == "batch":
+                timings = decode_alternating(models, batches, algorithm, use_cache, args, rep)
+            else:  # whole runs, which goes first alternating, as the training steps
+                timings = {impl: decode_all(impl, models[impl], batches, algorithm, use_cache,
+                                            args)
+                           for impl in (IMPLS if rep % 2 == 0 else IMPLS[::-1])}
             for impl, (seconds, hyps) in timings.items():
                 runs[impl].append(seconds)
                 case[impl] = {"hyps": hyps}
@@ -527,7 +532,7 @@ def time_decoding(args) -> dict:
           f"{forced['minitransformer']['speedup']:.1f}x, torch {forced['torch']['speedup']:.1f}x",
           flush=True)
     return {"inputs": what, "batch_size": args.decode_batch, "beam_size": args.beam,
-            "repeats": args.decode_repeats, "alternation": "batch",
+            "repeats": args.decode_repeats, "alternation": args.decode_alternation,
             "length_penalty": args.alpha, "max_len": "each source's length + 50",
             "cases": cases, "cache_speedup": cache_speedup, "forced_length": forced}
 
@@ -592,6 +597,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--decode-repeats", type=int, default=6,
                         help="runs of each decoding case per implementation (even: each "
                              "batch is decoded first by either as often)")
+    parser.add_argument("--decode-alternation", choices=["run", "batch"], default="run",
+                        help="run: each timed run decodes every batch with one library, then "
+                             "with the other (what a user of either sees); batch: every batch "
+                             "by both, one straight after the other (less of the machine's "
+                             "drift, but PyTorch measured 3-7%% slower so: "
+                             "bench/alternation_check.py)")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty α")
     parser.add_argument("--forced-length", type=int, default=50)
