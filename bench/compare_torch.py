@@ -601,8 +601,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="run: each timed run decodes every batch with one library, then "
                              "with the other (what a user of either sees); batch: every batch "
                              "by both, one straight after the other (less of the machine's "
-                             "drift, but PyTorch measured 3-7%% slower so: "
-                             "bench/alternation_check.py)")
+                             "drift; whether it is neutral: bench/alternation_check.py)")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty α")
     parser.add_argument("--forced-length", type=int, default=50)
