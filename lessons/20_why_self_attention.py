@@ -45,11 +45,13 @@ class Recurrent(Module):
 
     def forward(self, x):                                     # (B, n, d)
         B, n, d = x.shape
-        inputs = self.input(x)                                # all x_t W + b at once
+        # all x_t W + b at once, cut into n slices (B, 1, d) up front: indexing inputs[:, t]
+        # inside the loop would give each step's backward a whole (B, n, d) gradient
+        inputs = F.split(self.input(x), n, axis=1)
         h = mt.zeros(B, d)
         states = []
         for t in range(n):                                    # the sequential part
-            h = F.tanh(inputs[:, t] + self.hidden(h))
+            h = F.tanh(inputs[t].reshape(B, d) + self.hidden(h))   # (B, d)
             states.append(h)
         return F.stack(states, axis=1)                        # (B, n, d)
 
@@ -120,14 +122,17 @@ plt.show()
 # sits between, and its $n^2$ term makes it grow fastest with $n$: the paper notes it beats
 # recurrence "when the sequence length n is smaller than the representation dimensionality
 # d, which is most often the case" for sentences. Read the table above for where the lines
-# cross on this machine.
+# cross on this machine, if they do within these lengths: the fixed cost of each of the
+# recurrent layer's $n$ small steps can keep it the slower one well past $n = d$.
 #
 # ## Path length
 #
 # How many layers must a signal cross to get from position 0 to position $n-1$? For attention,
 # one: every position sees every other. For the recurrent layer, $n$ steps. For a stack of
-# kernel-3 convolutions, $(n-1)/2$ layers. Shown with gradients: does the output at the last
-# position depend on the first input, after one layer?
+# kernel-3 convolutions, $n - 1$ layers, since each widens the view by one position on either
+# side (Table 1's $O(\log_k n)$ is for dilated convolutions; contiguous kernels need
+# $O(n/k)$). Shown with gradients: does the output at the last position depend on the first
+# input, after one layer?
 
 # %%
 n = 16
