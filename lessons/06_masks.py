@@ -29,8 +29,9 @@ np.set_printoptions(precision=3, suppress=True)
 # ## The convention
 #
 # A mask in minitransformer is boolean and says where attention is *allowed*: `True` means
-# "this query may look at this key" (PyTorch's convention for boolean masks). It broadcasts to
-# the scores, shape (..., T queries, S keys).
+# "this query may look at this key", as in PyTorch's `F.scaled_dot_product_attention` (its
+# `nn.MultiheadAttention` takes the opposite: True = masked out). It broadcasts to the scores,
+# shape (..., T queries, S keys).
 #
 # ## Padding
 #
