@@ -68,8 +68,9 @@ print("library == loop over heads:", np.allclose(library, multi_head_by_hand(x),
 #
 # The loop is slow and unnecessary. Reshaping the projected (B, T, C) to (B, T, H, D) and
 # swapping to (B, H, T, D) makes the heads a batch axis: chapter 5's attention, which works
-# over any leading axes, then runs every head of every sentence in one call. That is all the
-# library does (`nn/attention.py`):
+# over any leading axes, then runs every head of every sentence in one call. That is, in
+# essence, what the library does (`nn/attention.py`, which for self-attention also stacks
+# $W^Q, W^K, W^V$ into one matrix so that the three projections are one product):
 #
 # ```python
 # q = self.w_q(query).reshape(B, T, H, D).transpose(0, 2, 1, 3)   # (B, H, T, D)
@@ -88,10 +89,10 @@ print("query 0 in each head:", np.round(weights.numpy()[0, :, 0], 2))
 # %% [markdown]
 # ## The gradient through all of it
 #
-# `check_module` checks the input and all eight parameter arrays ($W^Q, W^K, W^V, W^O$ and
-# their biases). One of them has an exactly zero true gradient: the bias of the keys, since
-# adding the same $q \cdot b_K$ to a whole row of scores changes no softmax. Finding out why
-# that is not a bug is exercise 1.
+# `check_module` checks the three inputs (query, key, value) and all eight parameter arrays
+# ($W^Q, W^K, W^V, W^O$ and their biases). One of them has an exactly zero true gradient: the
+# bias of the keys, since adding the same $q \cdot b_K$ to a whole row of scores changes no
+# softmax. Finding out why that is not a bug is exercise 1.
 
 # %%
 print(check_module(MultiHeadAttention(8, 2), rng.standard_normal((2, 3, 8)),
