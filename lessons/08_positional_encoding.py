@@ -49,8 +49,9 @@ print("same output after shuffling the keys:", np.allclose(before, after))
 # ## The table
 #
 # Each pair of columns $(2i, 2i+1)$ is a sinusoid of wavelength $2\pi \cdot 10000^{2i/d}$:
-# from $2\pi$ for the first pair to $10000 \cdot 2\pi$ for the last. Fast columns tell nearby
-# positions apart, slow ones far positions.
+# from $2\pi$ for the first pair up towards $10000 \cdot 2\pi$ (the paper's bound; the last
+# pair, $2i = d - 2$, has $10000^{62/64} \cdot 2\pi \approx 7500 \cdot 2\pi$ at $d = 64$). Fast
+# columns tell nearby positions apart, slow ones far positions.
 
 # %%
 d_model, length = 64, 100
