@@ -63,9 +63,9 @@ print("same as model(src, tgt_in):", np.allclose(logits.numpy(), model(src, tgt_
 # ## The parts and their parameters
 #
 # Every encoder layer has one attention (four $d_{model} \times d_{model}$ projections with
-# biases), one feed-forward network and two LayerNorms; every decoder layer has two attentions
-# and three LayerNorms. The embedding table is shared by source, target and output (§3.4), so
-# it is counted once.
+# biases), one feed-forward network and two LayerNorms; every decoder layer has two attentions,
+# one feed-forward network and three LayerNorms. The embedding table is shared by source,
+# target and output (§3.4), so it is counted once.
 
 # %%
 print(format_table(model))
