@@ -43,7 +43,9 @@ dout = rng.standard_normal((2, 3, 4))
 F.embedding(ids, E).backward(dout)
 expected = np.einsum("btv,btc->vc", onehot, dout)
 print("scatter-add == onehotᵀ dout:", np.allclose(E.grad, expected))
-print("row 1 was used three times, row 2 never:", E.grad[2])
+print("row 1, used three times, gets the sum of three:",
+      np.allclose(E.grad[1], dout[0, 0] + dout[0, 2] + dout[1, 1]),
+      " row 2, never used:", E.grad[2])
 print(check_function(lambda w, i: F.embedding(i, w), table, ids, name="embedding"))
 
 # %% [markdown]
