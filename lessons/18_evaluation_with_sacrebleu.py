@@ -58,11 +58,10 @@ print(f"international tokenization       {score(tokenize='intl'):6.2f}")
 print(f"character-level ('char')         {score(tokenize='char'):6.2f}")
 
 # %% [markdown]
-# With `tokenize='none'`, "ladder." is one word and does not match "ladder" followed by "." :
-# the score drops. Lowercasing forgives the "two" that should be "Two" and raises it. None
-# of these is wrong;
-# each is a different number. Without the signature, two papers' BLEU scores cannot be
-# compared.
+# With `tokenize='none'`, the hypothesis's "ladder." and "hat," are single words that no
+# longer match the reference's "ladder" and "hat": the score drops. Lowercasing forgives the
+# "two" that should be "Two" and raises it. None of these is wrong; each is a different
+# number. Without the signature, two papers' BLEU scores cannot be compared.
 #
 # ## Tokenized output is a trap
 #
