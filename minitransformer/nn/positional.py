@@ -54,8 +54,9 @@ class PositionalEncoding(Module):
         """x (B, T, C) -> x + PE[start : start + T]; ``start`` > 0 while decoding step by step."""
         T = x.shape[1]
         if start + T > self.max_len:
-            raise ValueError(f"a sequence reaching position {start + T} is longer than the "
-                             f"positional table (max_len={self.max_len}); raise max_len in the "
+            raise ValueError(f"a sequence of {start + T} positions (0 to {start + T - 1}) is "
+                             f"longer than the positional table (max_len={self.max_len}, "
+                             f"positions 0 to {self.max_len - 1}); raise max_len in the "
                              "model configuration or filter long sentences.")
         if self.learned:
             return x + self.weight[start:start + T]                      # (B, T, C)
