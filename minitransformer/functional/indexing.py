@@ -35,6 +35,9 @@ class GetItem(Function):
             raise IndexError(f"getitem on a tensor of shape {tuple(a.shape)}: {exc}.") from None
 
     def backward(self, dout):
+        # da has a's whole shape, zero where nothing was taken (as in PyTorch): n slices of one
+        # tensor, taken one by one in a Python loop, cost n whole-sized gradients to add up;
+        # split it once instead (split's backward is one concatenation).
         xp = backend.get_array_module(dout)
         da = xp.zeros(self.a_shape, dtype=dout.dtype)
         if self.gathers:
