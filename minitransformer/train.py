@@ -123,7 +123,8 @@ class Trainer:
         if checkpoint.optimizer_state is None or not isinstance(trainer_state, dict):
             raise CheckpointError(f"{path} holds a model but no optimizer or training state "
                                   "(an averaged or exported checkpoint), so training cannot "
-                                  "go on from it; resume from last.npz or a step-*.npz.")
+                                  "go on from it; resume from a run's last.npz or a step-*.npz "
+                                  "(Trainer.resume(path)), or start a new run from scratch.")
         self.model.load_state_dict(checkpoint.model_state)
         try:
             self.optimizer.load_state_dict(checkpoint.optimizer_state)

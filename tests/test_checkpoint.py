@@ -195,6 +195,14 @@ def test_missing_corrupted_and_foreign_files_give_clear_errors(tmp_path):
     np.savez(tmp_path / "other.npz", weights=np.zeros(3))
     with pytest.raises(CheckpointError, match="has no meta.json"):
         load_checkpoint(tmp_path / "other.npz")
+    # files that are no zip archive at all: text, a single .npy array, nothing
+    (tmp_path / "notes.npz").write_text("junk")
+    np.save(tmp_path / "array.npy", np.zeros(3))
+    (tmp_path / "empty.npz").write_bytes(b"")
+    for name in ("notes.npz", "array.npy", "empty.npz"):
+        with pytest.raises(CheckpointError, match="is not a minitransformer checkpoint: a "
+                                                  "checkpoint is an .npz file"):
+            load_checkpoint(tmp_path / name)
 
 
 def test_a_checkpoint_of_another_configuration_does_not_load_into_a_model(tmp_path):
