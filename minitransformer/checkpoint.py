@@ -82,8 +82,12 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}: check the path (a run keeps its "
                               "checkpoints in RUN/checkpoints/).")
-    with path.open("rb") as file:
-        signature = file.read(4)
+    try:
+        with path.open("rb") as file:
+            signature = file.read(4)
+    except OSError as exc:
+        raise CheckpointError(f"{path} cannot be read ({exc.strerror or exc}); check its "
+                              "permissions.") from None
     if signature not in (b"PK\x03\x04", b"PK\x05\x06"):  # a zip archive, or an empty one
         raise CheckpointError(f"{path} is not a minitransformer checkpoint: a checkpoint is an "
                               ".npz file (a zip archive), and this file is not one; check the "

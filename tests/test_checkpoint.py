@@ -205,6 +205,17 @@ def test_missing_corrupted_and_foreign_files_give_clear_errors(tmp_path):
             load_checkpoint(tmp_path / name)
 
 
+def test_an_unreadable_file_gives_a_clear_error(tmp_path, monkeypatch):
+    model, optimizer = trained_model()
+    path = save_checkpoint(tmp_path / "a.npz", model, optimizer)
+
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(type(path), "open", refuse)
+    with pytest.raises(CheckpointError, match="cannot be read \\(Permission denied\\); check"):
+        load_checkpoint(path)
+
+
 def test_a_checkpoint_of_another_configuration_does_not_load_into_a_model(tmp_path):
     model, _ = trained_model()
     checkpoint = load_checkpoint(save_checkpoint(tmp_path / "a.npz", model))
