@@ -22,6 +22,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+import minitransformer as mt
+from minitransformer import functional as F
 from minitransformer.nn import Parameter
 from minitransformer.optim import Adam, noam_rate
 
@@ -57,6 +59,29 @@ for t, g in enumerate(gradients, start=1):
 print("by hand:", by_hand)
 print("library:", param.numpy())
 print("mean movement per step (at most about lr):", np.abs(by_hand - theta) / 3)
+
+# %% [markdown]
+# ## The order of a step: backward, then step
+#
+# The step writes the new values into the parameter's own array, in place: the optimizer's
+# references stay valid and no memory is copied. But a recorded graph may have saved that
+# same array for its backward ($\partial L / \partial x = \delta\, W$ needs the $W$ the forward
+# used). So a training step is: forward, `backward()`, `step()`. Stepping before the backward
+# would give the gradient at weights the forward never saw. The step raises the parameter's
+# version count (`_version`), and the engine compares it with the count the forward saw:
+
+# %%
+weight = Parameter(rng.standard_normal((2, 3)))
+optimizer = Adam([weight], lr=0.01)
+x = mt.tensor(rng.standard_normal((4, 3)), dtype="float64", requires_grad=True)
+loss = F.linear(x, weight).sum()
+weight.grad = np.ones((2, 3))      # a gradient from an earlier step
+optimizer.step()                   # too early: loss's graph saved weight's array
+print("weight version:", weight._version)
+try:
+    loss.backward()
+except RuntimeError as error:
+    print("RuntimeError:", error)
 
 # %% [markdown]
 # ## The schedule

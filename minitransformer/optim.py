@@ -44,7 +44,9 @@ class Adam:
             p.grad = None
 
     def step(self) -> None:
-        """One update of every parameter that has a gradient (moments updated in place)."""
+        """One update of every parameter that has a gradient, in place (its array, and its
+        moments), raising its version count: a graph recorded before the step can no longer
+        run its backward (``Tensor._version``)."""
         self.step_count += 1
         beta1, beta2 = self.betas
         # Fold both bias corrections into the step size: lr·√(1−β₂ᵗ)/(1−β₁ᵗ).
@@ -54,6 +56,7 @@ class Adam:
         for p, m, v in zip(self.params, self.m, self.v, strict=True):
             if p.grad is None:
                 continue
+            p._bump_version()  # a graph that saved p.data can no longer run its backward
             g, xp = p.grad, p.xp
             if _cuda.is_cupy(xp):  # the whole update in one kernel
                 _cuda.adam_(p.data, g, m, v, beta1, beta2, step_size, eps_hat)

@@ -8,7 +8,8 @@ The graph is made of Function nodes. Each node knows, per input, where that inpu
    (a topological order, found with an explicit stack: no recursion limit on deep graphs);
 2. seed the outputs with their upstream gradients;
 3. visit the nodes in that order: sum the gradients that reached each output (a tensor used
-   twice gets the sum of both uses), call ``backward``, pass each input gradient on;
+   twice gets the sum of both uses), check that no input was updated in place since the
+   forward pass (``Tensor._version``), call ``backward``, pass each input gradient on;
 4. free what the node saved, unless ``retain_graph`` asks to keep it for another backward.
 """
 
@@ -40,6 +41,7 @@ def run_backward(roots: Sequence[Any], grads: Sequence[Any], retain_graph: bool 
             if output is not None and output.retains_grad:
                 output.grad = dout.copy() if output.grad is None else output.grad + dout
 
+        _check_versions(node)
         dinputs = node.backward(*douts)
         if not isinstance(dinputs, tuple):
             dinputs = (dinputs,)
@@ -63,6 +65,21 @@ def run_backward(roots: Sequence[Any], grads: Sequence[Any], retain_graph: bool 
             _send(edge, backend.array_result(dinput), pending)
         if not retain_graph:
             node.release()
+
+
+def _check_versions(node: Any) -> None:
+    """Refuse to run ``node.backward`` when an input was updated in place after the forward
+    pass (its version count moved on): what the node saved may be that input's own array, now
+    holding other values, and the gradient would be silently wrong."""
+    for i, counter, seen in node.input_versions:
+        if counter[0] != seen:
+            shape, dtype = node.input_meta[i]
+            raise RuntimeError(
+                f"{node.name}: input {i} (shape {tuple(shape)}, dtype {dtype}) was updated in "
+                f"place after the forward pass that used it (version {seen} then, "
+                f"{counter[0]} now), so its backward would read the new values; call "
+                "backward() before optimizer.step(), or run the forward pass again after "
+                "the update.")
 
 
 def _send(edge: Any, grad: Any, pending: dict) -> None:

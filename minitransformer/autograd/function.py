@@ -10,6 +10,11 @@ The contract (DESIGN.md):
   that are not differentiable (token ids, masks). It never modifies ``douts`` or ``saved``.
 * Calling the Function on Tensors runs ``forward`` and, when a gradient is wanted, records the
   node in the graph; the engine (``engine.py``) later calls ``backward`` and then ``release``.
+* Recording also notes the version (``Tensor._version``) of every input whose memory
+  ``saved`` shares: ``backward`` will read those arrays, so if one of them is updated in place
+  in the meantime (an optimizer step before ``backward()``), the engine refuses to run it. A
+  Function whose outputs are views of its first input's data (``returns_views``) gives them
+  that input's version count, so an update of the input is seen through them too.
 
 A Function instance is used once: ``Mul()(a, b)``. Each concrete Function is followed by its
 lowercase wrapper (``def mul(a, b): return Mul()(a, b)``).
@@ -33,7 +38,9 @@ class Function:
     input_meta: tuple = ()                # per input: (shape, dtype) the gradient must have
     output_meta: tuple = ()               # per output: (shape, dtype, device)
     output_refs: tuple = ()               # weak references to the output Tensors
+    input_versions: tuple = ()            # per input saved: (index, version counter, count)
     released: bool = False
+    returns_views = False                 # outputs view the first input's data (reshape...)
 
     def forward(self, *arrays: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement forward")
@@ -49,6 +56,7 @@ class Function:
         """Free what forward saved; called by the engine once backward has run."""
         self.saved = None
         self.next_edges = None
+        self.input_versions = ()
         self.released = True
 
     def __call__(self, *inputs: Any) -> Any:
@@ -63,21 +71,40 @@ class Function:
             self.saved = None  # nobody will call backward: let the cache go now
             results = tuple(Tensor._wrap(y) if backend.is_array(y) else Tensor(y)
                             for y in outputs)
-            return results[0] if single else results
-
-        self.needs_input_grad = tuple(t.requires_grad for t in tensors)
-        self.next_edges = tuple(t.grad_edge() if t.requires_grad else None for t in tensors)
-        self.input_meta = tuple((t.shape, t.dtype) for t in tensors)
-        self.output_meta = tuple((y.shape, y.dtype, backend.device_of(y)) for y in outputs)
-        results = tuple(
-            Tensor._from_function(y, self, index) if backend.is_floating(y.dtype) else Tensor(y)
-            for index, y in enumerate(outputs)
-        )
-        self.output_refs = tuple(weakref.ref(t) for t in results)
+        else:
+            self.needs_input_grad = tuple(t.requires_grad for t in tensors)
+            self.next_edges = tuple(t.grad_edge() if t.requires_grad else None for t in tensors)
+            self.input_meta = tuple((t.shape, t.dtype) for t in tensors)
+            self.input_versions = _saved_input_versions(tensors, self.saved)
+            self.output_meta = tuple((y.shape, y.dtype, backend.device_of(y)) for y in outputs)
+            results = tuple(
+                Tensor._from_function(y, self, index) if backend.is_floating(y.dtype)
+                else Tensor(y)
+                for index, y in enumerate(outputs)
+            )
+            self.output_refs = tuple(weakref.ref(t) for t in results)
+        if self.returns_views:  # an update of the input in place is one of these views too
+            for result in results:
+                result._version_counter = tensors[0]._version_counter
         return results[0] if single else results
 
     def __repr__(self) -> str:
         return f"<{self.name}{' (released)' if self.released else ''}>"
+
+
+def _saved_input_versions(tensors: list[Tensor], saved: Any) -> tuple:
+    """(index, version counter, count now) of each input whose memory an array of ``saved``
+    may share (the input itself, a view of it, or an array it views). Inputs that backward
+    does not read (add's, embedding's weight) are not tracked: updating them leaves the
+    gradient right."""
+    items = saved if isinstance(saved, tuple | list) else (saved,)
+    arrays = [a for a in items if backend.is_array(a)]
+    if not arrays:
+        return ()
+    xp = backend.get_array_module(arrays[0])
+    return tuple((i, t._version_counter, t._version_counter[0])
+                 for i, t in enumerate(tensors)
+                 if any(xp.may_share_memory(t.data, a) for a in arrays))
 
 
 def _check_float_dtypes(function: Function, arrays: list) -> None:

@@ -5,6 +5,13 @@ A Tensor holds ``data`` (a NumPy or CuPy array), ``grad`` (an array of the same 
 ``creator``; ``backward()`` walks those links in reverse. Operators (``+ - * / ** @``, indexing,
 unary minus) call the Functions in ``minitransformer.functional``; comparisons give boolean
 masks that take no gradient.
+
+``_version`` counts the updates made to ``data`` in place by the library (an optimizer step),
+as PyTorch's ``Tensor._version``: the engine compares it with the count a Function saw in its
+forward pass, so a backward that would read overwritten values fails instead of giving a
+wrong gradient. A view (reshape, transpose, slice, ``detach()``) shares the count of the
+tensor it views. Writing into ``data`` yourself (``w.data[...] = ...``) is not counted, as
+PyTorch's ``.data``.
 """
 
 from __future__ import annotations
@@ -16,11 +23,14 @@ from .. import backend
 
 class Tensor:
     __slots__ = ("data", "grad", "requires_grad", "name", "creator", "output_index",
-                 "retains_grad", "__weakref__")
+                 "retains_grad", "_version_counter", "__weakref__")
     __array_ufunc__ = None  # make `numpy_array + tensor` call Tensor.__radd__
 
     def __init__(self, data: Any, requires_grad: bool = False, name: str | None = None):
+        # [n]: n updates in place so far; shared with the tensors viewing the same data
+        self._version_counter = [0]
         if isinstance(data, Tensor):
+            self._version_counter = data._version_counter
             data = data.data
         elif not backend.is_array(data):
             data = backend.as_array(data)
@@ -41,6 +51,7 @@ class Tensor:
         out = cls.__new__(cls)
         out.data, out.grad, out.name, out.creator = data, None, None, None
         out.output_index, out.retains_grad, out.requires_grad = 0, False, False
+        out._version_counter = [0]
         return out
 
     @classmethod
@@ -60,6 +71,12 @@ class Tensor:
     is_leaf = property(lambda self: self.creator is None)
     is_floating = property(lambda self: backend.is_floating(self.data.dtype))
     T = property(lambda self: self.transpose())
+    _version = property(lambda self: self._version_counter[0])
+
+    def _bump_version(self) -> None:
+        """Count one update of ``data`` in place (optimizers call it for every parameter they
+        change), for this tensor and every view of its data."""
+        self._version_counter[0] += 1
 
     def __len__(self) -> int:
         if self.ndim == 0:
@@ -132,8 +149,9 @@ class Tensor:
         self.grad = None
 
     def detach(self) -> Tensor:
-        """The same data, cut from the graph: no gradient flows through the result."""
-        return Tensor(self.data, name=self.name)
+        """The same data, cut from the graph: no gradient flows through the result. It shares
+        this tensor's version count: an update in place reaches both."""
+        return Tensor(self, name=self.name)
 
     # ------------------------------------------------------------------ leaving the graph
     def item(self) -> float | int | bool:

@@ -168,7 +168,9 @@ class AsType(Function):
 
     def forward(self, a):
         self.a_dtype = a.dtype
-        return a.astype(self.dtype, copy=False)
+        y = a.astype(self.dtype, copy=False)
+        self.returns_views = y.dtype == a.dtype   # the same dtype: the input, not a copy
+        return y
 
     def backward(self, dout):
         # fwd: y = cast(a)  ->  da = cast_back(dout)

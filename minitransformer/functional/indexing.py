@@ -26,6 +26,8 @@ class GetItem(Function):
         # Integer index arrays may repeat a position: backward must then add, not assign.
         self.gathers = any(backend.is_array(p) and p.dtype.kind in "iu" and p.ndim > 0
                            for p in parts)
+        self.returns_views = not any(backend.is_array(p) or isinstance(p, list)
+                                     for p in parts)   # basic indexing: a view
 
     def forward(self, a):
         self.a_shape = a.shape
@@ -98,6 +100,8 @@ class Stack(Function):
 
 class Split(Function):
     """Split along ``axis`` into equal sections (an int) or at the given indices (a list)."""
+
+    returns_views = True
 
     def __init__(self, indices_or_sections: Any, axis: int = 0):
         self.indices_or_sections, self.axis = indices_or_sections, axis

@@ -20,6 +20,8 @@ from ._broadcast import sum_to as sum_to_array
 
 
 class Reshape(Function):
+    returns_views = True
+
     def __init__(self, shape: int | tuple[int, ...]):
         self.shape = (int(shape),) if isinstance(shape, int) else tuple(int(n) for n in shape)
 
@@ -37,6 +39,8 @@ class Reshape(Function):
 
 
 class Transpose(Function):
+    returns_views = True
+
     def __init__(self, axes: tuple[int, ...] | None = None):
         self.axes = axes
 
@@ -58,6 +62,8 @@ class Transpose(Function):
 
 
 class SwapAxes(Function):
+    returns_views = True
+
     def __init__(self, axis1: int, axis2: int):
         self.axis1, self.axis2 = axis1, axis2
 
@@ -74,6 +80,8 @@ class SwapAxes(Function):
 
 
 class BroadcastTo(Function):
+    returns_views = True
+
     def __init__(self, shape: tuple[int, ...]):
         self.shape = tuple(int(n) for n in shape)
 
