@@ -102,7 +102,7 @@ class Neg(Function):
 
 
 class Pow(_Binary):
-    """y = a ** p, p a number or a tensor (dp needs a > 0, where log(a) exists)."""
+    """y = a ** p, p a number or a tensor (dp needs a ≥ 0: log(a) is nan below 0)."""
 
     op = "pow"
 
@@ -123,8 +123,12 @@ class Pow(_Binary):
             power = a ** xp.where(constant, 1, p - 1)                   # no 0^(-1) computed
             da = sum_to(xp.where(constant, 0, dout * p * power), self.a_shape)
         if self.needs_input_grad[1]:
-            # fwd: y = exp(p log a)  ->  dp = dout * y * log(a)
-            dp = sum_to(dout * y * xp.log(a), self.b_shape)
+            # fwd: y = exp(p log a)  ->  dp = dout * y * log(a); at a = 0 with p ≥ 0 that is
+            # 0 * -inf (or 1 * -inf at p = 0): the limit from a > 0 is 0, and 0^p is 0 or 1
+            # for every p ≥ 0, so dp = 0 there (as PyTorch)
+            zero_base = (a == 0) & (p >= 0)
+            log_a = xp.log(xp.where(zero_base, 1, a))                   # no log(0) computed
+            dp = sum_to(xp.where(zero_base, 0, dout * y * log_a), self.b_shape)
         return da, dp
 
 

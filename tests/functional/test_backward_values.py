@@ -196,6 +196,14 @@ def test_the_gradient_of_x_to_the_zero_is_zero_also_at_zero(device):
     assert_array_equal(grad(y), [0.0, 0.0, 0.0])
 
 
+def test_the_exponent_gradient_at_a_zero_base_is_zero(device):
+    """d(0^p)/dp = 0^p · log 0 is 0 · -inf (1 · -inf at p = 0); 0^p does not change with
+    p ≥ 0, so the gradient is 0 there (as PyTorch), and x^p log x elsewhere."""
+    p = leaf([2.0, 0.0, 0.5, 3.0])
+    (const([0.0, 0.0, 0.0, 2.0]) ** p).sum().backward()
+    assert_allclose(grad(p), [0.0, 0.0, 0.0, 8.0 * np.log(2.0)], rtol=1e-6)
+
+
 MATMUL_GRADS = {  # name: (a shape, b shape, da(a, b, dout), db(a, b, dout)), for y = a @ b
     "matrix": ((2, 3), (3, 4), lambda a, b, d: d @ b.T, lambda a, b, d: a.T @ d),
     "vector@matrix": ((3,), (3, 4), lambda a, b, d: b @ d, lambda a, b, d: np.outer(a, d)),
