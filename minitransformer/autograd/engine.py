@@ -27,7 +27,10 @@ def run_backward(roots: Sequence[Any], grads: Sequence[Any], retain_graph: bool 
     for root, grad in zip(roots, grads, strict=True):
         _send(root.grad_edge(), grad, pending)
 
-    for node in graph_nodes([r.creator for r in roots if r.creator is not None]):
+    nodes = graph_nodes([r.creator for r in roots if r.creator is not None])
+    for node in nodes:  # all of them first: a refused backward leaves no .grad half-written
+        _check_versions(node)
+    for node in nodes:
         douts = pending.pop(node, None)
         if douts is None:  # no gradient flows through this node (its users returned None)
             continue
@@ -41,7 +44,6 @@ def run_backward(roots: Sequence[Any], grads: Sequence[Any], retain_graph: bool 
             if output is not None and output.retains_grad:
                 output.grad = dout.copy() if output.grad is None else output.grad + dout
 
-        _check_versions(node)
         dinputs = node.backward(*douts)
         if not isinstance(dinputs, tuple):
             dinputs = (dinputs,)

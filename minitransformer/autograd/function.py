@@ -10,11 +10,12 @@ The contract (DESIGN.md):
   that are not differentiable (token ids, masks). It never modifies ``douts`` or ``saved``.
 * Calling the Function on Tensors runs ``forward`` and, when a gradient is wanted, records the
   node in the graph; the engine (``engine.py``) later calls ``backward`` and then ``release``.
-* Recording also notes the version (``Tensor._version``) of every input whose memory
-  ``saved`` shares: ``backward`` will read those arrays, so if one of them is updated in place
-  in the meantime (an optimizer step before ``backward()``), the engine refuses to run it. A
-  Function whose outputs are views of its first input's data (``returns_views``) gives them
-  that input's version count, so an update of the input is seen through them too.
+* Recording also notes the version (``Tensor._version``) of every input whose memory an
+  array of ``saved`` (an array, or tuples and lists of them) shares: ``backward`` may read
+  those arrays, so if one of them is updated in place in the meantime (an optimizer step
+  before ``backward()``), the engine refuses the backward. A Function whose outputs are views
+  of its first input's data sets ``returns_views``: they get that input's version count, so an
+  update of the input is seen through them too.
 
 A Function instance is used once: ``Mul()(a, b)``. Each concrete Function is followed by its
 lowercase wrapper (``def mul(a, b): return Mul()(a, b)``).
@@ -94,17 +95,34 @@ class Function:
 
 def _saved_input_versions(tensors: list[Tensor], saved: Any) -> tuple:
     """(index, version counter, count now) of each input whose memory an array of ``saved``
-    may share (the input itself, a view of it, or an array it views). Inputs that backward
-    does not read (add's, embedding's weight) are not tracked: updating them leaves the
-    gradient right."""
-    items = saved if isinstance(saved, tuple | list) else (saved,)
-    arrays = [a for a in items if backend.is_array(a)]
+    (an array, or tuples and lists of them) may share: the input itself, a view of it, or an
+    array it views. Inputs whose arrays are not saved (add's, embedding's table) are not
+    tracked: updating them cannot change what backward reads."""
+    arrays = _arrays_in(saved)
     if not arrays:
         return ()
-    xp = backend.get_array_module(arrays[0])
-    return tuple((i, t._version_counter, t._version_counter[0])
-                 for i, t in enumerate(tensors)
-                 if any(xp.may_share_memory(t.data, a) for a in arrays))
+    may_share_memory = backend.get_array_module(arrays[0]).may_share_memory
+    versions = []
+    for i, t in enumerate(tensors):
+        data = t.data
+        for array in arrays:
+            if may_share_memory(data, array):
+                versions.append((i, t._version_counter, t._version_counter[0]))
+                break
+    return tuple(versions)
+
+
+def _arrays_in(saved: Any) -> list:
+    """The arrays of ``saved``: itself, or those in its (nested) tuples and lists."""
+    if not isinstance(saved, tuple | list):
+        return [saved] if saved is not None and backend.is_array(saved) else []
+    arrays = []
+    for item in saved:
+        if isinstance(item, tuple | list):
+            arrays += _arrays_in(item)
+        elif item is not None and backend.is_array(item):
+            arrays.append(item)
+    return arrays
 
 
 def _check_float_dtypes(function: Function, arrays: list) -> None:

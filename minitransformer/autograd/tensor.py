@@ -10,8 +10,9 @@ masks that take no gradient.
 as PyTorch's ``Tensor._version``: the engine compares it with the count a Function saw in its
 forward pass, so a backward that would read overwritten values fails instead of giving a
 wrong gradient. A view (reshape, transpose, slice, ``detach()``) shares the count of the
-tensor it views. Writing into ``data`` yourself (``w.data[...] = ...``) is not counted, as
-PyTorch's ``.data``.
+tensor it views. Writing into ``data`` yourself (``w.data[...] = ...``) is not counted, and a
+tensor built from the raw array (``Tensor(w.data)``) has a count of its own, as PyTorch's
+``.data``.
 """
 
 from __future__ import annotations

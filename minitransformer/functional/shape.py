@@ -107,6 +107,7 @@ class SumTo(Function):
             raise ValueError(f"sum_to: shape {self.shape} does not broadcast to "
                              f"{tuple(a.shape)}, so {tuple(a.shape)} cannot be summed to it.")
         self.a_shape = a.shape
+        self.returns_views = tuple(a.shape) == self.shape      # nothing to sum: a itself
         return sum_to_array(a, self.shape)
 
     def backward(self, dout):

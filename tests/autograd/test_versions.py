@@ -10,7 +10,7 @@ import pytest
 
 import minitransformer as mt
 import minitransformer.functional as F
-from minitransformer import backend
+from minitransformer import Function, backend
 from minitransformer.nn import Linear
 from minitransformer.optim import Adam
 
@@ -76,7 +76,10 @@ def test_a_retained_graph_is_refused_after_a_step():
     lambda w: F.split(w, 3, axis=1)[0],
     lambda w: w.astype(w.dtype),
     lambda w: w.detach(),
-], ids=["transpose", "reshape", "slice", "swapaxes", "split", "astype-same", "detach"])
+    lambda w: mt.Tensor(w),
+    lambda w: F.sum_to(w, w.shape),
+], ids=["transpose", "reshape", "slice", "swapaxes", "split", "astype-same", "detach", "Tensor",
+        "sum_to-same"])
 def test_an_update_is_seen_through_a_view_of_the_parameter(view, device):
     layer, optimizer = linear_with_gradients()
     w = view(layer.weight)
@@ -104,3 +107,39 @@ def test_no_versions_are_kept_without_a_graph():
     with mt.no_grad():
         y = layer(mt.randn(2, 3))
     assert y.creator is None
+
+
+class KeepsNested(Function):
+    """y = a * b, keeping its factors in a nested tuple, with an unrelated None."""
+
+    def forward(self, a, b):
+        self.saved = ((a, b), None)
+        return a * b
+
+    def backward(self, dout):
+        (a, b), _ = self.saved
+        return dout * b, dout * a
+
+
+def test_arrays_saved_in_nested_tuples_are_tracked():
+    layer, optimizer = linear_with_gradients()
+    x = mt.randn(2, 3, requires_grad=True)
+    loss = KeepsNested()(x, layer.weight).sum()
+    optimizer.step()
+    with pytest.raises(RuntimeError, match="KeepsNested: input 1"):
+        loss.backward()
+
+
+def test_a_refused_backward_writes_no_gradient_anywhere():
+    """Nodes nearer the loss than the stepped parameter would have run first: the check covers
+    the whole graph before any backward does."""
+    mt.manual_seed(0)
+    first, second = Linear(3, 3), Linear(3, 2)
+    x = mt.randn(4, 3)
+    loss = second(F.relu(first(x))).sum()
+    first.weight.grad = first.weight.xp.ones_like(first.weight.data)
+    Adam([first.weight], lr=0.1).step()
+    first.weight.grad = None
+    with pytest.raises(RuntimeError, match="updated in place"):
+        loss.backward()
+    assert all(p.grad is None for p in [*first.parameters(), *second.parameters()])
