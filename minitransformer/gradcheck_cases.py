@@ -128,6 +128,8 @@ CASES: list[Case] = [
     Case("max", lambda a: F.max(a, axis=1), inputs(normal(3, 5))),
     Case("max", lambda a: F.max(a, axis=(0, 2), keepdims=True), inputs(normal(2, 3, 4)),
          "two axes"),
+    Case("max", lambda a: F.max(a, axis=0), inputs(normal(2, 3, 4)),
+         "leading axis of 3-D"),   # its axes' permutation is not its own inverse
     # shapes
     Case("reshape", lambda a: F.reshape(a, (4, -1)), inputs(normal(2, 3, 4))),
     Case("transpose", lambda a: F.transpose(a, (2, 0, 1)), inputs(normal(2, 3, 4))),
@@ -171,6 +173,8 @@ CASES: list[Case] = [
          inputs(normal(5, 3), fixed([[1, 0, 3, 1, 3], [4, 4, 0, 2, 1]])), "repeated ids"),
     Case("embedding", lambda w, ids: F.embedding(ids, w, padding_idx=0),
          inputs(normal(5, 3), fixed([[1, 0, 3, 1, 3], [4, 4, 0, 2, 1]])), "padding_idx=0"),
+    Case("embedding", lambda w, ids: F.embedding(ids, w, padding_idx=2),
+         inputs(normal(5, 3), fixed([[1, 0, 3, 2], [2, 4, 0, 2]])), "padding_idx=2"),
     Case("scaled_dot_product_attention", F.scaled_dot_product_attention,
          inputs(normal(2, 2, 3, 4), normal(2, 2, 5, 4), normal(2, 2, 5, 3)), "no mask"),
     Case("scaled_dot_product_attention", F.scaled_dot_product_attention,

@@ -196,6 +196,14 @@ def test_the_gradient_of_x_to_the_zero_is_zero_also_at_zero(device):
     assert_array_equal(grad(y), [0.0, 0.0, 0.0])
 
 
+def test_x_to_the_zero_backward_computes_no_inf_or_nan():
+    """The gradient of x^0 never computes 0^(-1) (which the result would then discard)."""
+    x = mt.tensor(np.array([0.0, 2.0]), requires_grad=True)
+    with np.errstate(divide="raise", invalid="raise"):
+        (x ** 0.0).sum().backward()
+    assert_array_equal(x.grad, [0.0, 0.0])
+
+
 def test_the_exponent_gradient_at_a_zero_base_is_zero(device):
     """d(0^p)/dp = 0^p · log 0 is 0 · -inf (1 · -inf at p = 0); 0^p does not change with
     p ≥ 0, so the gradient is 0 there (as PyTorch), and x^p log x elsewhere."""

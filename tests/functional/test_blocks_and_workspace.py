@@ -56,6 +56,17 @@ def test_gradcheck_in_blocks_of_one_row_on_worker_threads(monkeypatch, case):
         assert len(blocks) > 1, f"{case.name}: its kernels never ran in blocks"
 
 
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"{c.name}-{c.note or 'plain'}")
+                                  for c in CASES if c.name in BLOCKED])
+def test_gradcheck_in_blocks_of_one_row_on_one_worker(monkeypatch, case):
+    """The blocks in turn on the calling thread, as on a one-core machine or inside a worker
+    that is already decoding a share of a batch."""
+    monkeypatch.setattr(_blocks, "BLOCK_BYTES", 1)
+    monkeypatch.setattr(_blocks, "WORKERS", 1)
+    report = run_case(case)
+    assert report.passed and report.max_rel_error < 1e-6, str(report)
+
+
 def test_for_blocks_covers_every_row_once():
     seen = np.zeros(1000, dtype=int)
 

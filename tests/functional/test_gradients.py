@@ -20,6 +20,7 @@ from hypothesis.extra.numpy import (
     valid_tuple_axes,
 )
 
+import minitransformer as mt
 from minitransformer import backend
 from minitransformer import functional as F
 from minitransformer.autograd import Function
@@ -39,6 +40,57 @@ def test_gradcheck_case(device, case):
     assert report.inputs, f"{case.name}: no floating-point input was checked"
     assert report.passed, str(report)
     assert report.max_rel_error < MAX_REL_ERROR, str(report)
+
+
+def _float_inputs(case) -> list[int]:
+    arrays = case.make_inputs(backend.get_backend("cpu").make_rng(0))
+    return [i for i, a in enumerate(arrays) if backend.is_floating(a.dtype)]
+
+
+def _gradients_when_wanted(case, wanted: set[int]) -> dict:
+    """The gradients of Σ_k <out_k, w_k> (fixed random w_k) for the inputs in ``wanted``,
+    with only those inputs requiring a gradient."""
+    arrays = case.make_inputs(backend.get_backend().make_rng(0))
+    leaves = [mt.tensor(a, requires_grad=i in wanted) for i, a in enumerate(arrays)]
+    outputs = case.fn(*leaves)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    weights = np.random.default_rng(1)
+    loss = sum((y * mt.tensor(weights.standard_normal(y.shape))).sum()
+               for y in outputs if y.requires_grad)
+    loss.backward()
+    return {i: backend.to_numpy(leaves[i].grad) for i in wanted}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=_case_id(c)) for c in CASES
+                                  if len(_float_inputs(c)) > 1])
+def test_each_gradient_asked_alone_is_the_one_asked_with_all(device, case):
+    """A backward computes only the gradients asked for (``needs_input_grad``): attention
+    skips dQ and dK when only V needs one, linear skips dx for a frozen input. Each gradient
+    asked alone, and each with all but one, must be what it is when every input asks."""
+    floats = _float_inputs(case)
+    every = _gradients_when_wanted(case, set(floats))
+    subsets = [{i} for i in floats] + [set(floats) - {i} for i in floats]
+    for wanted in subsets:
+        for i, grad in _gradients_when_wanted(case, wanted).items():
+            np.testing.assert_allclose(grad, every[i], rtol=1e-12, atol=1e-12,
+                                       err_msg=f"{case.name}: input {i}, asked with {wanted}")
+
+
+@pytest.mark.parametrize("op", ["relu", "dropout"])
+def test_elementwise_kernels_on_non_contiguous_arrays(op):
+    """relu and dropout run on blocks of flat views when their arrays are contiguous and
+    once on the whole arrays otherwise: here input and dout are transposed views."""
+    def fn(a):
+        if op == "relu":
+            y = F.relu(F.transpose(a))
+        else:
+            backend.manual_seed(0)
+            y = F.dropout(F.transpose(a), 0.3)
+        return F.transpose(y)                 # the gradient reaching relu is strided too
+    x = np.random.default_rng(0).standard_normal((4, 6))
+    x += 0.1 * np.sign(x)                     # away from relu's kink
+    report = check_function(fn, x)
+    assert report.passed and report.max_rel_error < MAX_REL_ERROR, str(report)
 
 
 def _functional_function_classes() -> set[str]:
