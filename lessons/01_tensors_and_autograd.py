@@ -96,8 +96,9 @@ assert np.allclose(x.grad, dx_by_hand, atol=1e-6) and np.allclose(w.grad, dw_by_
 # ## Checking against finite differences
 #
 # A derivative is a limit: $\frac{\partial y}{\partial x_i} \approx
-# \frac{y(x + h e_i) - y(x - h e_i)}{2h}$ for a small $h$. The *central* difference has an
-# error of order $h^2$, so in float64 with $h = 10^{-6}$ it agrees with a correct gradient to
+# \frac{y(x + h e_i) - y(x - h e_i)}{2h}$ for a small $h$. The *central* difference has a
+# truncation error of order $h^2$, plus a rounding error that grows as $h$ shrinks (chapter 2
+# weighs the two), so in float64 with $h = 10^{-6}$ it agrees with a correct gradient to
 # about ten digits. It needs two evaluations of $y$ per input number: far too slow to train
 # with, perfect to check with.
 

@@ -157,8 +157,8 @@ for case in CASES[:6]:
 #    $\partial \hat x_i / \partial x_j
 #    = \frac{1}{\sigma}(\delta_{ij} - \frac1C - \frac{\hat x_i \hat x_j}{C})$
 #    and check it until the relative error is below $10^{-8}$.
-# 2. Run `check_function` on `tanh` in float32 by hand (your own loop, $h = 10^{-3}$). How small
-#    can you make the relative error?
+# 2. Repeat the `tanh` check in float32 with your own loop (`check_function` always works in
+#    float64), with $h = 10^{-3}$. How small can you make the relative error?
 # 3. `check_function(..., max_full=0)` checks along random directions instead of every
 #    element. How many directions does it take to catch the broken softmax? Why does one
 #    usually suffice?

@@ -55,7 +55,7 @@ print("decoder target ", tgt_out[0])
 #
 # The tiny configuration (2 + 2 layers, $d_{model} = 32$, 4 heads), no dropout, Adam with a
 # short warmup. 2,000 steps of 32 freshly drawn sequences, 64,000 sequences in all (300 steps
-# in the fast mode): 23 to 24 s on a 2-core AMD EPYC; the cell prints the time on yours.
+# in the fast mode): 23 to 41 s on 2-core AMD EPYC machines; the cell prints the time on yours.
 
 # %%
 model = Transformer(TransformerConfig.named("tiny", VOCAB, p_dropout=0.0))
@@ -119,7 +119,7 @@ print("a perfect reversal reads from:                                ",
 #
 # 1. Train on copying instead of reversal. What does the attention look like, and why is it
 #    easier?
-# 2. Remove the positional encoding (replace `model.src_positions` by a module that returns
-#    its input). Can the model still reverse? Can it copy?
+# 2. Remove the positional encoding (replace `model.src_positions` by a module whose
+#    `forward(x, start)` returns `x`). Can the model still reverse? Can it copy?
 # 3. Look at the encoder's self-attention (`model.encoder.layers[0].self_attn`) for the same
 #    sentence. Does it matter for this task?

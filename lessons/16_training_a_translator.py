@@ -11,6 +11,7 @@
 
 # %%
 import os
+import shutil
 from pathlib import Path
 
 import minitransformer as mt
@@ -52,15 +53,17 @@ print(f"{len(data.train):,} training pairs as ids ({dropped} dropped: too long o
 # The tiny model (2 + 2 layers, $d_{model} = 32$), label smoothing 0.1, the paper's schedule
 # with a 400-step warmup, batches of at most 4,000 padded tokens, 500 steps. The trainer
 # validates halfway and at the end (loss, and greedy BLEU on 200 validation sentences) and
-# writes its log and checkpoints to `runs/lesson16`. About a minute on two CPU cores in full
-# (45 s on a 2-core Intel Xeon, 61 s on a 2-core AMD EPYC); a few seconds in the fast mode,
-# which is far too short to learn anything.
+# writes its log and checkpoints to `runs/lesson16`, emptied first (the trainer appends to an
+# existing log and would average in an earlier run's checkpoints). About a minute or a little
+# more on two CPU cores in full (45 s on a 2-core Intel Xeon, 61 to 86 s on 2-core AMD EPYC
+# machines); a few seconds in the fast mode, which is far too short to learn anything.
 
 # %%
 model = Transformer(TransformerConfig.named("tiny", tokenizer.vocab_size))
 config = TrainConfig(max_steps=10 if FAST else 500, warmup_steps=400,
                      eval_every=10 if FAST else 250, bleu_sentences=8 if FAST else 200,
                      progress=False)
+shutil.rmtree(Path("runs") / "lesson16", ignore_errors=True)   # a fresh run every time
 trainer = Trainer(model, tokenizer, data, config, Path("runs") / "lesson16")
 summary = trainer.fit()
 print(f"validation loss {summary['valid_loss']:.3f}, perplexity {summary['valid_ppl']:.1f}, "
@@ -89,8 +92,8 @@ viz.training_curves(Path("runs") / "lesson16" / "log.jsonl", FIGURES / "16_train
 # ```
 #
 # With Multi30k downloaded (`minitransformer data multi30k --dest data/multi30k`),
-# `minitransformer train --data data/multi30k --time-budget 45` trains the `small` model on
-# real German–English captions; `bench/multi30k.py` records such a run.
+# `minitransformer train --data data/multi30k --time-budget 45` trains the `small` model for
+# 45 minutes on real German–English captions; `bench/multi30k.py` records such a run.
 #
 # ## Exercises
 #

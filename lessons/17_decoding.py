@@ -68,8 +68,8 @@ def log_prob(source, output, limit=limit):
 # Keep the $k$ best partial sentences at each step; extend each by every token; keep the $k$
 # best of the $k \cdot V$ candidates. Finished hypotheses are compared by
 # $\log P(Y) / lp(Y)$ with the length penalty of Wu et al. (2016),
-# $lp(Y) = ((5 + |Y|)/6)^\alpha$: without it, shorter sentences always win, since every token
-# multiplies in a probability below 1.
+# $lp(Y) = ((5 + |Y|)/6)^\alpha$, where $|Y|$ counts the end token: without it, shorter
+# sentences are favoured, since every token multiplies in a probability below 1.
 
 # %%
 greedy = greedy_decode(model, src, BOS, EOS, max_len=limit)
@@ -121,8 +121,9 @@ if pairs:
     print(f"sentence {i}, source {long_src[i]}, its reversal {long_src[i][::-1]}")
     for hypothesis in (at_0, at_3):
         logp = log_prob(long_src[i], hypothesis, limit=long_src.shape[1] + 5)
+        n = len(hypothesis) + (len(hypothesis) < long_src.shape[1] + 5)  # |Y| counts the end token
         scores = "  ".join(
-            f"α = {alpha}: {logp / gnmt_length_penalty(len(hypothesis), alpha):6.3f}"
+            f"α = {alpha}: {logp / gnmt_length_penalty(n, alpha):6.3f}"
             for alpha in (0.0, 0.6, 1.5, 3.0))
         print(f"{len(hypothesis):>2} tokens {hypothesis}: log P / lp  {scores}")
 else:
