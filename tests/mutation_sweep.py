@@ -297,7 +297,10 @@ def copy_project(folder: Path) -> None:
 
 
 def run(mutant: Mutant, copy: Path) -> tuple[str, str]:
-    """(KILLED, SURVIVED or STALE, the first failing test or pytest's last line)."""
+    """(KILLED, SURVIVED, STALE or ERROR, the first failing test or pytest's last line).
+
+    KILLED means some test failed (pytest's status 1); ERROR, that pytest could not run the
+    tests at all (a missing file, a -k that selects nothing), which catches nothing."""
     path = copy / mutant.path
     source = path.read_text()
     if source.count(mutant.old) != 1:
@@ -313,8 +316,9 @@ def run(mutant: Mutant, copy: Path) -> tuple[str, str]:
         path.write_text(source)
     lines = (done.stdout + done.stderr).strip().splitlines()
     failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
-    evidence = (failed or lines or ["(no output)"])[0]
-    return ("KILLED" if done.returncode else "SURVIVED"), evidence
+    evidence = (failed[:1] or lines[-1:] or ["(no output)"])[0]
+    status = {0: "SURVIVED", 1: "KILLED"}.get(done.returncode, "ERROR")
+    return status, evidence
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,8 +346,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{time.perf_counter() - start:4.0f} s  {evidence[:100]}", flush=True)
     missed = len(chosen) - outcomes.count("KILLED")
     print(f"{outcomes.count('KILLED')} of {len(chosen)} mutants caught"
-          + (f"; {missed} not: a wrong backward the tests let through, or a stale line"
-             if missed else ""))
+          + (f"; {missed} not: a wrong backward the tests let through, a stale line, or "
+             "tests pytest could not run" if missed else ""))
     return 1 if missed else 0
 
 

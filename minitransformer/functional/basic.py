@@ -123,9 +123,9 @@ class Pow(_Binary):
             power = a ** xp.where(constant, 1, p - 1)                   # no 0^(-1) computed
             da = sum_to(xp.where(constant, 0, dout * p * power), self.a_shape)
         if self.needs_input_grad[1]:
-            # fwd: y = exp(p log a)  ->  dp = dout * y * log(a); at a = 0 with p ≥ 0 that is
-            # 0 * -inf (or 1 * -inf at p = 0): the limit from a > 0 is 0, and 0^p is 0 or 1
-            # for every p ≥ 0, so dp = 0 there (as PyTorch)
+            # fwd: y = exp(p log a)  ->  dp = dout * y * log(a). At a = 0 that is 0 * -inf for
+            # p > 0, whose limit from a > 0 is 0 (a^p log a -> 0); at p = 0 it is 1 * -inf,
+            # and 0 there is a convention. Both give dp = 0, as PyTorch
             zero_base = (a == 0) & (p >= 0)
             log_a = xp.log(xp.where(zero_base, 1, a))                   # no log(0) computed
             dp = sum_to(xp.where(zero_base, 0, dout * y * log_a), self.b_shape)

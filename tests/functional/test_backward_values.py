@@ -205,8 +205,8 @@ def test_x_to_the_zero_backward_computes_no_inf_or_nan():
 
 
 def test_the_exponent_gradient_at_a_zero_base_is_zero(device):
-    """d(0^p)/dp = 0^p · log 0 is 0 · -inf (1 · -inf at p = 0); 0^p does not change with
-    p ≥ 0, so the gradient is 0 there (as PyTorch), and x^p log x elsewhere."""
+    """d(0^p)/dp = 0^p · log 0 is 0 · -inf for p > 0, whose limit from a > 0 is 0, and
+    1 · -inf at p = 0, where 0 is PyTorch's convention; x^p log x elsewhere."""
     p = leaf([2.0, 0.0, 0.5, 3.0])
     (const([0.0, 0.0, 0.0, 2.0]) ** p).sum().backward()
     assert_allclose(grad(p), [0.0, 0.0, 0.0, 8.0 * np.log(2.0)], rtol=1e-6)
