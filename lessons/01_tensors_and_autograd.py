@@ -116,8 +116,8 @@ print("largest difference from dx by hand:", np.abs(numeric - dx_by_hand).max())
 # ## A tensor used twice
 #
 # When a tensor feeds two operations, the loss depends on it through both paths, and its
-# gradient is the sum of the two. The engine adds them up for you: for $y = x \cdot x + x$,
-# $dy/dx = 2x + 1$.
+# gradient is the sum of the two. The engine adds them up for you: for $y = z \cdot z + z$,
+# $dy/dz = 2z + 1$.
 
 # %%
 z = mt.tensor([1.0, 2.0, 3.0], requires_grad=True)

@@ -66,7 +66,9 @@ def log_prob(source, output, limit=limit):
 # ## Beam search
 #
 # Keep the $k$ best partial sentences at each step; extend each by every token; keep the $k$
-# best of the $k \cdot V$ candidates. Finished hypotheses are compared by
+# best of the $k \cdot V$ candidates (the library takes the $2k$ best, so that $k$ remain
+# when some of them end the sentence: those become finished hypotheses). Finished
+# hypotheses are compared by
 # $\log P(Y) / lp(Y)$ with the length penalty of Wu et al. (2016),
 # $lp(Y) = ((5 + |Y|)/6)^\alpha$, where $|Y|$ counts the end token: without it, shorter
 # sentences are favoured, since every token multiplies in a probability below 1.
