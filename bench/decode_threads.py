@@ -22,8 +22,7 @@ speed of the decoder itself (one core) from what each way of using the second co
    what the two cores give without a GIL.
 
 Writes JSON (--output, default bench/results/decode_threads.json) and prints Markdown tables.
-Sets module globals of minitransformer (``WORKERS``) for the one-core runs: a benchmark's
-switch, not an API.
+The one-core runs use ``minitransformer.set_num_threads(1)`` and ``torch.set_num_threads(1)``.
 """
 
 from __future__ import annotations
@@ -51,8 +50,7 @@ from compare_torch import (
 from threadpoolctl import threadpool_limits
 from torch_model import TorchTransformer, copy_weights
 
-from minitransformer import decode
-from minitransformer.functional import _blocks
+import minitransformer as mt
 
 HERE = Path(__file__).resolve().parent
 
@@ -60,18 +58,17 @@ HERE = Path(__file__).resolve().parent
 @contextlib.contextmanager
 def one_core(enabled: bool):
     """A context in which both libraries use one core (or, disabled, their default two)."""
-    saved = (decode.WORKERS, _blocks.WORKERS, torch.get_num_threads())
+    saved = (mt.get_num_threads(), torch.get_num_threads())
     if not enabled:
         yield
         return
-    decode.WORKERS = _blocks.WORKERS = 1
+    mt.set_num_threads(1)
     torch.set_num_threads(1)
     try:
-        with threadpool_limits(1):
-            yield
+        yield
     finally:
-        decode.WORKERS, _blocks.WORKERS, threads = saved
-        torch.set_num_threads(threads)
+        mt.set_num_threads(saved[0])
+        torch.set_num_threads(saved[1])
 
 
 def time_decoding(args) -> list[dict]:

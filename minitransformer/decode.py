@@ -35,7 +35,8 @@ from typing import Any
 from . import backend
 from .autograd.grad_mode import no_grad
 from .autograd.tensor import Tensor
-from .functional._blocks import WORKERS, for_blocks, on_workers
+from .functional import _blocks
+from .functional._blocks import for_blocks, on_workers
 from .functional._cuda import is_cupy
 from .nn.transformer import Transformer
 
@@ -93,7 +94,7 @@ def _on_cores(search: Callable[..., list], model: Transformer, src: Tensor, limi
     the whole batch (but for the last bit of a product over fewer rows, which BLAS may round
     otherwise). On the GPU, or for fewer than 2·MIN_SHARE sentences, there is one share."""
     B = src.shape[0]
-    n = min(WORKERS, B // MIN_SHARE)
+    n = min(_blocks.WORKERS, B // MIN_SHARE)  # set_num_threads may change WORKERS
     if n < 2 or is_cupy(backend.get_array_module(src.data)):
         return search(model, src, limits, *args)
     shares = on_workers(lambda i: search(model, Tensor(src.data[i::n]), limits[i::n], *args),

@@ -38,26 +38,52 @@ from ..autograd.grad_mode import is_grad_enabled, set_grad_enabled
 from . import _cuda
 
 BLOCK_BYTES = 512 * 1024          # a block of each array a kernel touches stays in cache
-WORKERS = max(1, min(os.cpu_count() or 1, 8))
+MAX_DEFAULT_WORKERS = 8           # without OMP_NUM_THREADS, at most this many workers
+
+
+def default_workers() -> int:
+    """The number of worker threads when nobody chose one: ``OMP_NUM_THREADS`` when it is a
+    positive integer (as PyTorch and BLAS read it), else the cores this process may run on
+    (its CPU affinity, not every core of the machine), at most ``MAX_DEFAULT_WORKERS``."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity on macOS and Windows
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_DEFAULT_WORKERS))
+
+
+WORKERS = default_workers()       # minitransformer.set_num_threads changes it
 _pool: ThreadPoolExecutor | None = None
+_pool_workers = 0                 # the number of threads _pool was made with
 _blas: ThreadpoolController | None = None
 _thread = threading.local()       # .on_worker: this thread runs a task of the pool
 
 
 def _executor() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="minitransformer")
+    """The pool of WORKERS threads (a new one when WORKERS changed since the last)."""
+    global _pool, _pool_workers
+    if _pool is None or _pool_workers != WORKERS:
+        if _pool is not None:
+            _pool.shutdown(wait=False)  # tasks already running finish first
+        _pool, _pool_workers = ThreadPoolExecutor(WORKERS, "minitransformer"), WORKERS
         atexit.register(_pool.shutdown, wait=False)
     return _pool
 
 
-def _single_threaded_blas():
-    """A context in which BLAS (NumPy's OpenBLAS or MKL) uses one thread."""
+def blas_controller() -> ThreadpoolController:
+    """threadpoolctl's handle on the BLAS libraries loaded in this process."""
     global _blas
     if _blas is None:
         _blas = ThreadpoolController()
-    return _blas.limit(limits=1, user_api="blas")
+    return _blas
+
+
+def _single_threaded_blas():
+    """A context in which BLAS (NumPy's OpenBLAS or MKL) uses one thread."""
+    return blas_controller().limit(limits=1, user_api="blas")
 
 
 def _as_worker_task(function: Callable[[Any], Any]) -> Callable[[Any], Any]:
