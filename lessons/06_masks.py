@@ -5,14 +5,15 @@
 #
 # * **Padding.** Sentences in a batch have different lengths and are padded to one width.
 #   Nothing should attend to a padding position: it is not part of the sentence.
-# * **Causality.** §3.2.3: "We also modify the self-attention sub-layer in the decoder stack to
+# * **Causality.** §3.1: "We also modify the self-attention sub-layer in the decoder stack to
 #   prevent positions from attending to subsequent positions. This masking, combined with fact
 #   that the output embeddings are offset by one position, ensures that the predictions for
 #   position $i$ can depend only on the known outputs at positions less than $i$."
 #
-# The paper implements both "by masking out (setting to $-\infty$) all values in the input of
-# the softmax which correspond to illegal connections". This chapter builds both masks, checks
-# that masked keys get exactly zero weight, and runs a causality test on a whole decoder.
+# §3.2.3 implements causality "by masking out (setting to $-\infty$) all values in the input
+# of the softmax which correspond to illegal connections", and padding is masked the same way.
+# This chapter builds both masks, checks that masked keys get exactly zero weight, and runs a
+# causality test on a whole decoder.
 
 # %%
 import numpy as np
