@@ -52,3 +52,13 @@ def match_float_dtypes(op: str, *arrays: Any) -> tuple[Any, ...]:
         return arrays
     dtype = floats.pop()
     return tuple(a if a.dtype == dtype else a.astype(dtype) for a in arrays)
+
+
+def require_float(op: str, **arrays: Any) -> None:
+    """Refuse integer or boolean operands where the op needs real numbers: NumPy would fail
+    with a casting error deep inside, or quietly compute in float64."""
+    for name, array in arrays.items():
+        if array.dtype.kind != "f":
+            raise TypeError(f"{op}: {name} must be floating point, got dtype {array.dtype}; "
+                            "convert it with .astype('float32') (token ids go through an "
+                            "embedding first).")

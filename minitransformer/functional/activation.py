@@ -23,6 +23,7 @@ from __future__ import annotations
 from .. import backend
 from ..autograd.function import Function
 from ._blocks import for_element_blocks
+from ._broadcast import require_float
 
 
 class Tanh(Function):
@@ -63,6 +64,7 @@ class Softmax(Function):
 
     def forward(self, x):
         _check_axis("softmax", x, self.axis)
+        require_float("softmax", x=x)
         xp = backend.get_array_module(x)
         # 1. shift by the maximum: exp never overflows, the result is unchanged
         shifted = x - x.max(axis=self.axis, keepdims=True)
@@ -86,6 +88,7 @@ class LogSoftmax(Function):
 
     def forward(self, x):
         _check_axis("log_softmax", x, self.axis)
+        require_float("log_softmax", x=x)
         xp = backend.get_array_module(x)
         # 1. shift by the maximum
         shifted = x - x.max(axis=self.axis, keepdims=True)

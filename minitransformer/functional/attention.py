@@ -32,13 +32,14 @@ Dv = d_v; scores and weights (..., T, S); out (..., T, Dv).
 from __future__ import annotations
 
 import math
+import operator
 
 from .. import backend
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
 from . import _cuda
 from ._blocks import for_blocks
-from ._broadcast import broadcast_shapes
+from ._broadcast import broadcast_shapes, require_float
 from ._reduce import sum_last
 from .indexing import on_device_of
 
@@ -165,6 +166,7 @@ def _masked_softmax_(xp, P, mask, scale):
 
 
 def _check_shapes(q, k, v, mask) -> None:
+    require_float("scaled_dot_product_attention", q=q, k=k, v=v)
     shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
         raise ValueError(f"scaled_dot_product_attention: q, k and v need at least 2 axes "
@@ -221,6 +223,13 @@ def scaled_dot_product_attention(q, k, v, mask=None, return_weights=False):
 def causal_mask(T, device=None):
     """A (T, T) boolean Tensor, True on and below the diagonal: query i may see keys j <= i
     (§3.2.3, "preventing positions from attending to subsequent positions")."""
+    try:
+        length = operator.index(T)
+    except TypeError:
+        length = -1
+    if length < 0:  # arange(2.5) would give a (3, 3) mask, arange(-1) an empty one
+        raise ValueError(f"causal_mask: T must be a non-negative integer (the sequence "
+                         f"length), got {T!r}.")
     xp = backend.get_backend(device).xp
-    position = xp.arange(T)                                             # (T,)
+    position = xp.arange(length)                                        # (T,)
     return Tensor(position[None, :] <= position[:, None])               # (T, T): j <= i

@@ -30,6 +30,7 @@ from .. import backend
 from ..autograd.function import Function
 from . import _cuda
 from ._blocks import for_element_blocks
+from ._broadcast import require_float
 
 
 class Dropout(Function):
@@ -42,6 +43,7 @@ class Dropout(Function):
         self.p = _check_p(p)
 
     def forward(self, x):
+        require_float("dropout", x=x)
         xp = backend.get_array_module(x)
         generator = backend.rng(backend.device_of(x))
         if _cuda.is_cupy(xp):  # steps 1-2 in one kernel, u a float32 in [0, 1)

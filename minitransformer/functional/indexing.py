@@ -56,6 +56,8 @@ class Concat(Function):
         self.axis = axis
 
     def forward(self, *arrays):
+        if not arrays:
+            raise ValueError("concat: no tensors to join; pass a non-empty list.")
         shapes = [tuple(a.shape) for a in arrays]
         ndim = arrays[0].ndim
         if not -ndim <= self.axis < ndim:
@@ -83,6 +85,8 @@ class Stack(Function):
         self.axis = axis
 
     def forward(self, *arrays):
+        if not arrays:
+            raise ValueError("stack: no tensors to stack; pass a non-empty list.")
         shapes = {tuple(a.shape) for a in arrays}
         if len(shapes) != 1:
             raise ValueError(f"stack: all tensors must have the same shape, got {sorted(shapes)}.")
@@ -115,7 +119,7 @@ class Split(Function):
             return tuple(a[before + (slice(i * width, (i + 1) * width),)] for i in range(n))
         try:
             return tuple(xp.split(a, self.indices_or_sections, axis=self.axis))
-        except (ValueError, IndexError) as exc:
+        except (ValueError, IndexError, ZeroDivisionError) as exc:  # into 0 sections
             raise ValueError(f"split of shape {tuple(a.shape)} into "
                              f"{self.indices_or_sections} along axis {self.axis}: {exc}.") from None
 

@@ -20,7 +20,7 @@ from .. import backend
 from ..autograd.function import Function
 from . import _workspace
 from ._blocks import for_blocks
-from ._broadcast import broadcast_shapes, sum_to
+from ._broadcast import broadcast_shapes, match_float_dtypes, sum_to
 from ._reduce import sum_rows
 
 
@@ -38,6 +38,7 @@ class MatMul(Function):
                              f"({k_b}).")
         if a.ndim > 2 and b.ndim > 2:
             broadcast_shapes("matmul (batch axes)", a.shape[:-2], b.shape[:-2])
+        a, b = match_float_dtypes("matmul", a, b)  # x32 @ int64 stays float32, not float64
         self.saved = (a, b)
         return backend.get_array_module(a).matmul(a, b)
 

@@ -33,6 +33,7 @@ from ..autograd.function import Function
 from ..autograd.tensor import Tensor
 from . import _cuda, _workspace
 from ._blocks import for_blocks
+from ._broadcast import require_float
 from ._reduce import sum_last
 from .indexing import on_device_of
 
@@ -50,6 +51,7 @@ class CrossEntropy(Function):
             raise ValueError(f"cross_entropy: targets of shape {tuple(targets.shape)} do not fit "
                              f"logits of shape {tuple(logits.shape)}: targets must have the "
                              f"logits' shape without the last axis (V).")
+        require_float("cross_entropy", logits=logits)
         if targets.dtype.kind not in "iu":
             raise TypeError(f"cross_entropy: targets must be integer class ids, got dtype "
                             f"{targets.dtype}.")

@@ -21,18 +21,26 @@ Dimensions: x (..., C) with C = d_model; gain, bias (C,); mean, rstd (..., 1).
 
 from __future__ import annotations
 
+import math
+import numbers
+
 from .. import backend
 from ..autograd.function import Function
 from . import _cuda
 from ._blocks import for_blocks
+from ._broadcast import require_float
 from ._reduce import sum_last, sum_rows
 
 
 class LayerNorm(Function):
     def __init__(self, eps: float = 1e-6):
+        if not (isinstance(eps, numbers.Real) and 0 < eps < math.inf):
+            raise ValueError(f"layer_norm: eps must be a number > 0 (it keeps 1/√(σ² + eps) "
+                             f"finite for a constant row), got {eps!r}.")
         self.eps = float(eps)
 
     def forward(self, x, gain, bias):
+        require_float("layer_norm", x=x)
         if x.ndim == 0:
             raise ValueError("layer_norm: the input needs at least one axis (the features).")
         C = x.shape[-1]

@@ -23,12 +23,19 @@ def _normalize_axes(axis: Any, ndim: int, op: str) -> tuple[int, ...]:
     try:
         axes = (operator.index(axis),)  # one axis: an int or a NumPy integer
     except TypeError:
-        axes = tuple(operator.index(ax) for ax in axis)
+        try:
+            axes = tuple(operator.index(ax) for ax in axis)
+        except TypeError:
+            raise TypeError(f"{op}: axis must be an integer or a tuple of integers, got "
+                            f"{axis!r}.") from None
     for ax in axes:
         if not -ndim <= ax < (ndim or 1):
             raise ValueError(f"{op}: axis {ax} is out of range for a tensor with {ndim} "
                              f"dimensions.")
-    return tuple(sorted(ax % (ndim or 1) for ax in axes))
+    normalized = tuple(sorted(ax % (ndim or 1) for ax in axes))
+    if len(set(normalized)) < len(normalized):
+        raise ValueError(f"{op}: axis {axis!r} names the same axis twice.")
+    return normalized
 
 
 def _expand(dout: Any, axes: tuple[int, ...], keepdims: bool) -> Any:

@@ -44,6 +44,15 @@ def test_operator_plus_raises_the_same_error(device):
         x(2, 3) + x(4)
 
 
+@pytest.mark.parametrize("value", [None, "2"])
+def test_an_operand_that_is_not_a_number_is_refused(device, value):
+    """x + None once gave a tensor of nan, silently."""
+    with pytest.raises(TypeError, match=re.escape(f"Add: an input is {value!r}, not a number")):
+        x(2, 3) + value
+    with pytest.raises(TypeError, match="Mul: an input is None"):
+        None * x(2, 3)
+
+
 def test_reshape_to_an_impossible_shape_names_both_shapes(device):
     with pytest.raises(ValueError, match=re.escape("shape (2, 3) (6 elements) into shape (4, 2)")):
         F.reshape(x(2, 3), (4, 2))
@@ -97,6 +106,35 @@ def test_reduction_over_an_out_of_range_axis(device, op, axis):
     with pytest.raises(ValueError, match=re.escape(f"{op}: axis {bad} is out of range for a "
                                                    "tensor with 2 dimensions")):
         getattr(F, op)(x(2, 3), axis=axis)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max"])
+def test_reduction_over_a_repeated_or_non_integer_axis(device, op):
+    """(0, -2) failed inside NumPy ("duplicate value in 'axis'"), 1.0 with "'float' object
+    is not iterable"."""
+    with pytest.raises(ValueError, match=re.escape(f"{op}: axis (0, -2) names the same axis "
+                                                   "twice")):
+        getattr(F, op)(x(2, 3), axis=(0, -2))
+    with pytest.raises(TypeError, match=re.escape(f"{op}: axis must be an integer or a tuple "
+                                                  "of integers, got 1.0")):
+        getattr(F, op)(x(2, 3), axis=1.0)
+
+
+def test_joining_no_tensors_and_splitting_into_none_are_refused(device):
+    with pytest.raises(ValueError, match="concat: no tensors to join"):
+        F.concat([])
+    with pytest.raises(ValueError, match="stack: no tensors to stack"):
+        F.stack([])
+    with pytest.raises(ValueError, match=re.escape("split of shape (2, 4) into 0 along axis")):
+        F.split(x(2, 4), 0, axis=-1)
+
+
+@pytest.mark.parametrize("T", [-1, 2.5])
+def test_a_causal_mask_of_an_impossible_length_is_refused(device, T):
+    """-1 gave an empty mask, 2.5 a (3, 3) one."""
+    with pytest.raises(ValueError, match=re.escape(f"causal_mask: T must be a non-negative "
+                                                   f"integer (the sequence length), got {T!r}")):
+        F.causal_mask(T)
 
 
 def test_max_of_an_empty_tensor_is_refused(device):
@@ -190,11 +228,39 @@ def test_attention_with_a_non_boolean_mask_says_the_mask_must_be_boolean(device)
             F.scaled_dot_product_attention(q, q, q, mask)
 
 
+@pytest.mark.parametrize("eps", [0, -1e-5, float("nan")])
+def test_layer_norm_with_an_eps_that_gives_nan_is_refused(device, eps):
+    with pytest.raises(ValueError, match=re.escape(f"layer_norm: eps must be a number > 0 (it "
+                                                   f"keeps 1/√(σ² + eps) finite for a constant "
+                                                   f"row), got {eps!r}")):
+        F.layer_norm(x(2, 4), mt.ones(4), mt.zeros(4), eps)
+
+
 def test_linear_of_integer_input_says_to_convert_it(device):
     ids = mt.tensor([[1, 2, 3, 4]])
     with pytest.raises(TypeError, match="linear: the input and the weight must be floating "
                                         "point, got dtypes int64 and float32"):
         F.linear(ids, x(5, 4))
+
+
+INTEGER_INPUTS = {
+    "softmax": lambda ids: F.softmax(ids),
+    "log_softmax": lambda ids: F.log_softmax(ids),
+    "layer_norm": lambda ids: F.layer_norm(ids, mt.ones(4), mt.zeros(4)),
+    "dropout": lambda ids: F.dropout(ids, 0.5),
+    "scaled_dot_product_attention": lambda ids: F.scaled_dot_product_attention(ids, ids, ids),
+    "cross_entropy": lambda ids: F.cross_entropy(ids, mt.tensor([0, 1, 2])),
+}
+
+
+@pytest.mark.parametrize("op", sorted(INTEGER_INPUTS))
+def test_integer_input_to_an_op_on_real_numbers_says_to_convert_it(device, op):
+    """These failed with NumPy's casting error from deep inside (softmax quietly returned
+    float64)."""
+    ids = mt.tensor([[1, 2, 3, 4]] * 3)
+    with pytest.raises(TypeError, match=re.escape(f"{op}: ") + r"\w+ must be floating point, "
+                                        r"got dtype int64; convert it with \.astype"):
+        INTEGER_INPUTS[op](ids)
 
 
 @pytest.mark.parametrize("op", ["embedding", "cross_entropy"])

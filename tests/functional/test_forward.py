@@ -270,6 +270,13 @@ def test_python_and_numpy_scalars_keep_float32(device, expr):
     assert backend.device_of(y.data) == device
 
 
+def test_integer_operands_keep_float32(device):
+    """x @ int64 once computed in float64, silently leaving the model's float32."""
+    x, ids = dev(host(2, 3)), dev(np.arange(6).reshape(3, 2))
+    for y in (F.matmul(x, ids), F.matmul(ids.T, x.T), x * ids.T):
+        assert y.dtype == np.float32
+
+
 def test_float64_stays_float64(device):
     x = dev(host(2, 3), dtype="float64")
     for y in (x * 2, x.sum(), x.max(axis=0), F.matmul(x, x.T), x.exp()):
