@@ -19,7 +19,7 @@ from .. import backend
 from .. import functional as F
 from ..autograd.grad_mode import is_grad_enabled
 from ..autograd.tensor import Tensor
-from .layers import Linear
+from .layers import Linear, check_sizes
 from .module import Module
 
 
@@ -47,6 +47,7 @@ class KVCache:
 class MultiHeadAttention(Module):
     def __init__(self, d_model: int, n_heads: int):
         super().__init__()
+        check_sizes("MultiHeadAttention", d_model=d_model, n_heads=n_heads)
         if d_model % n_heads != 0:
             raise ValueError(f"d_model ({d_model}) must be divisible by the number of heads "
                              f"({n_heads}): each head gets d_model / n_heads dimensions.")
@@ -90,9 +91,10 @@ class MultiHeadAttention(Module):
         appended to the cached ones; for cross-attention (``static_kv=True``) they are
         computed on the first call and reused afterwards.
         """
-        if query.ndim != 3 or query.shape[-1] != self.d_model:
-            raise ValueError(f"attention expects queries of shape (batch, length, {self.d_model}),"
-                             f" got {query.shape}.")
+        for name, x in (("queries", query), ("keys", key), ("values", value)):
+            if x.ndim != 3 or x.shape[-1] != self.d_model:
+                raise ValueError(f"attention expects {name} of shape (batch, length, "
+                                 f"{self.d_model}), got {tuple(x.shape)}.")
         B, T, C = query.shape
         if cache is not None and static_kv and cache.k is not None:
             q = self._split_heads(self.w_q(query))                   # (B, H, T, D)

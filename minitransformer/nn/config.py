@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -45,14 +46,18 @@ class TransformerConfig:
         if self.d_model % self.n_heads != 0:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads "
                              f"({self.n_heads}): each head gets d_model / n_heads dimensions.")
-        if not 0.0 <= self.p_dropout < 1.0:
-            raise ValueError(f"p_dropout must be in [0, 1), got {self.p_dropout}.")
+        if not (isinstance(self.p_dropout, numbers.Real) and 0.0 <= self.p_dropout < 1.0):
+            raise ValueError(f"p_dropout must be a number in [0, 1), got {self.p_dropout!r}.")
+        object.__setattr__(self, "p_dropout", float(self.p_dropout))  # a NumPy float: JSON-able
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(f"share_embeddings needs one vocabulary, but the source has "
                              f"{self.src_vocab_size} entries and the target "
                              f"{self.tgt_vocab_size}; set share_embeddings=False.")
-        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
-            raise ValueError(f"pad_id {self.pad_id} is outside the vocabulary.")
+        if not (isinstance(self.pad_id, int) and not isinstance(self.pad_id, bool)
+                and 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size)):
+            raise ValueError(f"pad_id must be a token id of the vocabulary, an int from 0 to "
+                             f"{min(self.src_vocab_size, self.tgt_vocab_size) - 1}, got "
+                             f"{self.pad_id!r}.")
 
     @classmethod
     def named(cls, name: str, vocab_size: int, **overrides: Any) -> TransformerConfig:

@@ -11,6 +11,9 @@ Each is a Module owning its parameters and calling one fused Function of
 
 from __future__ import annotations
 
+import math
+import numbers
+import operator
 from typing import Any
 
 from .. import functional as F
@@ -18,9 +21,21 @@ from . import init
 from .module import Module, Parameter
 
 
+def check_sizes(owner: str, **sizes: int) -> None:
+    """Refuse a size that is not a positive integer, naming the layer and the argument."""
+    for name, value in sizes.items():
+        try:
+            positive = not isinstance(value, bool) and operator.index(value) > 0
+        except TypeError:
+            positive = False
+        if not positive:
+            raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}.")
+
+
 class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
         super().__init__()
+        check_sizes("Linear", in_features=in_features, out_features=out_features)
         self.in_features, self.out_features = in_features, out_features
         self.weight = Parameter(init.xavier_uniform(out_features, in_features))
         self.bias = Parameter(init.constant((out_features,), 0.0)) if bias else None
@@ -38,6 +53,7 @@ class Embedding(Module):
 
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None):
         super().__init__()
+        check_sizes("Embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
         if padding_idx is not None and not 0 <= padding_idx < num_embeddings:
             raise ValueError(f"padding_idx {padding_idx} is outside the table of "
                              f"{num_embeddings} entries.")
@@ -58,6 +74,9 @@ class Embedding(Module):
 class LayerNorm(Module):
     def __init__(self, d_model: int, eps: float = 1e-6):
         super().__init__()
+        check_sizes("LayerNorm", d_model=d_model)
+        if not (isinstance(eps, numbers.Real) and 0 < eps < math.inf):  # eps <= 0 gives nan
+            raise ValueError(f"LayerNorm: eps must be a number > 0, got {eps!r}.")
         self.d_model, self.eps = d_model, eps
         self.gain = Parameter(init.constant((d_model,), 1.0))
         self.bias = Parameter(init.constant((d_model,), 0.0))

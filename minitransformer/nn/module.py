@@ -119,6 +119,9 @@ class Module:
     def to(self, device: str | None = None, dtype: Any = None) -> Module:
         """Move (and/or cast) every parameter in place; the Parameter objects stay the same,
         so an optimizer holding them keeps working."""
+        if dtype is not None and not backend.is_floating(backend.as_dtype(dtype)):
+            raise TypeError(f"to(dtype={dtype!r}): parameters must stay floating point (an "
+                            "integer cast would cut every weight); give float32 or float64.")
         for param in self.parameters():
             param.data = backend.to_device(param.data, device) if device else param.data
             if dtype is not None:

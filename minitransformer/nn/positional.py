@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import backend
 from . import init
+from .layers import check_sizes
 from .module import Module, Parameter
 
 
@@ -39,6 +40,7 @@ def sinusoidal_table(length: int, d_model: int, device: str | None = None,
 class PositionalEncoding(Module):
     def __init__(self, d_model: int, max_len: int = 1024, learned: bool = False):
         super().__init__()
+        check_sizes("PositionalEncoding", d_model=d_model, max_len=max_len)
         self.d_model, self.max_len, self.learned = d_model, max_len, learned
         if learned:
             self.weight = Parameter(init.normal((max_len, d_model), d_model ** -0.5))

@@ -7,6 +7,7 @@ Small models (d_model 16 or 32), in eval mode, float32 unless a test says otherw
 """
 
 import gc
+import json
 import math
 import re
 
@@ -19,6 +20,9 @@ from numpy.testing import assert_allclose, assert_array_equal
 import minitransformer as mt
 from minitransformer import functional as F
 from minitransformer.nn import (
+    Embedding,
+    LayerNorm,
+    Linear,
     MultiHeadAttention,
     PositionalEncoding,
     Transformer,
@@ -432,6 +436,38 @@ def test_d_model_not_divisible_by_heads_is_refused():
         MultiHeadAttention(30, 4)
 
 
+@pytest.mark.parametrize("make, message", [
+    (lambda: MultiHeadAttention(32, 0), "MultiHeadAttention: n_heads must be a positive integer, "
+                                        "got 0"),
+    (lambda: MultiHeadAttention(32, -4), "MultiHeadAttention: n_heads must be a positive "
+                                         "integer, got -4"),
+    (lambda: Linear(-1, 3), "Linear: in_features must be a positive integer, got -1"),
+    (lambda: Linear(3, 2.5), "Linear: out_features must be a positive integer, got 2.5"),
+    (lambda: Embedding(5, -3), "Embedding: embedding_dim must be a positive integer, got -3"),
+    (lambda: LayerNorm(-1), "LayerNorm: d_model must be a positive integer, got -1"),
+    (lambda: LayerNorm(8, eps=-1e-6), "LayerNorm: eps must be a number > 0, got -1e-06"),
+    (lambda: PositionalEncoding(8, max_len=0), "PositionalEncoding: max_len must be a positive "
+                                               "integer, got 0"),
+    (lambda: TransformerConfig(10, 10, pad_id=1.5), "pad_id must be a token id of the "
+                                                    "vocabulary, an int from 0 to 9, got 1.5"),
+    (lambda: TransformerConfig(10, 10, pad_id=10), "an int from 0 to 9, got 10"),
+    (lambda: TransformerConfig(10, 10, p_dropout="0.1"), "p_dropout must be a number in [0, 1), "
+                                                         "got '0.1'"),
+])
+def test_layers_of_impossible_sizes_are_refused_naming_the_argument(make, message):
+    """These once failed deep in NumPy (negative dimensions), with a ZeroDivisionError
+    (n_heads=0), or not at all (n_heads=-4, eps < 0: nan at the first call)."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make()
+
+
+def test_keys_and_values_of_the_wrong_shape_are_named():
+    attn, q = MultiHeadAttention(16, 4), mt.randn(2, 3, 16)
+    with pytest.raises(ValueError, match=re.escape("attention expects keys of shape (batch, "
+                                                   "length, 16), got (5, 16)")):
+        attn(q, mt.randn(5, 16), mt.randn(5, 16))  # a memory without its batch axis
+
+
 @pytest.mark.parametrize("bad", [-1, V, V + 5])
 def test_token_ids_outside_the_vocabulary_name_the_id_and_the_size(device, bad):
     model = small_model()
@@ -501,3 +537,11 @@ def test_shared_embeddings_need_one_vocabulary():
     with pytest.raises(ValueError, match=r"share_embeddings needs one vocabulary.*100.*120"):
         TransformerConfig.named("tiny", 100, tgt_vocab_size=120)
     TransformerConfig.named("tiny", 100, tgt_vocab_size=120, share_embeddings=False)
+
+
+def test_a_numpy_dropout_rate_is_kept_as_a_python_float():
+    """The configuration goes into every checkpoint as JSON, which takes no NumPy float32."""
+    config = TransformerConfig(10, 10, d_model=8, n_heads=2, d_ff=16,
+                               p_dropout=np.float32(0.25))
+    assert type(config.p_dropout) is float and config.p_dropout == 0.25
+    assert json.loads(json.dumps(config.to_dict()))["p_dropout"] == 0.25

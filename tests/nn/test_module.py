@@ -198,6 +198,16 @@ def test_to_dtype_casts_every_parameter():
     assert_allclose(logits.numpy(), expected, atol=1e-5, rtol=0)
 
 
+def test_to_an_integer_dtype_is_refused_and_changes_nothing():
+    """It cast every weight to an integer, silently."""
+    layer = Linear(3, 2)
+    weight = layer.weight.numpy().copy()
+    with pytest.raises(TypeError, match=r"to\(dtype='int32'\): parameters must stay floating "
+                                        r"point"):
+        layer.to(dtype="int32")
+    assert_array_equal(layer.weight.numpy(), weight)
+
+
 # ----------------------------------------------------------------------------- printing, lists
 
 def test_repr_of_a_transformer_shows_its_layers():
