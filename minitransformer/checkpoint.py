@@ -48,6 +48,9 @@ def save_checkpoint(path: str | Path, model: Any, optimizer: Any = None,
                     tokenizer_bytes: bytes | None = None, state: dict | None = None) -> Path:
     """Write ``model`` (and optimizer, tokenizer, training state) to ``path`` atomically."""
     path = Path(path)
+    if path.is_dir():  # os.replace would fail only after the whole file was written
+        raise CheckpointError(f"{path} is a folder; give save_checkpoint a file name, such as "
+                              f"{path / 'last.npz'}.")
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, np.ndarray] = {f"model/{k}": v for k, v in model.state_dict().items()}
     optimizer_meta = None

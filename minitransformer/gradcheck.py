@@ -123,6 +123,9 @@ def check_module(module: Any, *inputs: Any, name: str | None = None, seed: int =
 
 
 def _check(fn, inputs, params, name, seed, eps, rtol, atol, max_full, n_directions):
+    if not (eps > 0 and n_directions >= 1):  # eps 0 divides by 0; no direction checks nothing
+        raise ValueError(f"gradient check of {name}: eps must be > 0 and n_directions at "
+                         f"least 1, got eps={eps!r}, n_directions={n_directions!r}.")
     start = time.perf_counter()
     with backend.default_dtype("float64"):
         arrays = [_to_float64(x) for x in inputs]
@@ -139,6 +142,11 @@ def _check(fn, inputs, params, name, seed, eps, rtol, atol, max_full, n_directio
         checked = [i for i, leaf in enumerate(leaves) if leaf.requires_grad]
 
         all_outputs = _as_tuple(fn(*leaves[:n_inputs]))
+        for y in all_outputs:
+            if not isinstance(y, Tensor):
+                raise TypeError(f"check_function: {name} returned a {type(y).__name__}, not a "
+                                "Tensor or a tuple of Tensors; compute its result with "
+                                "minitransformer operations, so that it has a gradient.")
         used = [k for k, y in enumerate(all_outputs) if y.requires_grad]
         outputs = [all_outputs[k] for k in used]
         if not outputs:

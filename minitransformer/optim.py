@@ -15,24 +15,36 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from collections.abc import Iterable
 from typing import Any
 
 from . import backend
+from .autograd.tensor import Tensor
 from .functional import _cuda
 from .functional._blocks import for_element_blocks
-from .nn.module import Parameter
+from .nn.module import Module, Parameter
 
 
 class Adam:
     def __init__(self, params: Iterable[Parameter], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-9):
+        if isinstance(params, Module) or not isinstance(params, Iterable):
+            raise TypeError(f"Adam takes the parameters to optimise, got a "
+                            f"{type(params).__name__}; pass model.parameters().")
         self.params = list(params)
         if not self.params:
             raise ValueError("Adam got no parameters to optimise.")
-        if lr < 0 or not 0 <= betas[0] < 1 or not 0 <= betas[1] < 1 or eps <= 0:
-            raise ValueError(f"Adam needs lr >= 0, betas in [0, 1) and eps > 0; got lr={lr}, "
-                             f"betas={betas}, eps={eps}.")
+        for p in self.params:
+            if not (isinstance(p, Tensor) and p.is_floating):
+                what = f"tensor of {p.dtype}" if isinstance(p, Tensor) else type(p).__name__
+                raise TypeError(f"Adam optimises floating-point tensors, got a {what}; pass "
+                                "model.parameters().")
+        if not (_is_number(lr) and _is_number(eps) and isinstance(betas, tuple | list)
+                and len(betas) == 2 and all(map(_is_number, betas))
+                and lr >= 0 and 0 <= betas[0] < 1 and 0 <= betas[1] < 1 and eps > 0):
+            raise ValueError(f"Adam needs a finite lr >= 0, two betas in [0, 1) and a finite "
+                             f"eps > 0; got lr={lr!r}, betas={betas!r}, eps={eps!r}.")
         self.lr, self.betas, self.eps = lr, betas, eps
         self.step_count = 0
         self.m = [p.xp.zeros_like(p.data) for p in self.params]  # first moments
@@ -102,6 +114,12 @@ class Adam:
         self.lr = float(state["lr"])
 
 
+def _is_number(value: Any) -> bool:
+    """A finite real number (nan or inf as a rate would turn every weight into nan)."""
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
 def _adam_update(theta: Any, g: Any, m: Any, v: Any, scratch: Any, xp: Any, beta1: float,
                  beta2: float, step_size: float, eps_hat: float) -> None:
     """One Adam update of θ, m and v (all or a block of their elements), in place."""
@@ -123,12 +141,19 @@ def noam_rate(step: int, d_model: int, warmup_steps: int = 4000, scale: float = 
     min(step^−0.5, step · warmup^−1.5)."""
     if step < 1:
         raise ValueError(f"the schedule counts steps from 1, got {step}.")
+    if not (d_model > 0 and warmup_steps > 0):  # 0 ** -1.5 divides by 0; a negative is complex
+        raise ValueError(f"the schedule needs d_model > 0 and warmup_steps > 0, got d_model="
+                         f"{d_model!r}, warmup_steps={warmup_steps!r}.")
     return scale * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
 
 
 def clip_grad_norm(params: Iterable[Parameter], max_norm: float | None) -> float:
     """Scale all gradients together so their global L2 norm is at most ``max_norm`` (None:
     only measure). Returns the norm before clipping (inf or nan if a gradient is)."""
+    if max_norm is not None and not (isinstance(max_norm, numbers.Real) and max_norm > 0):
+        # a negative limit would flip every gradient's sign, 0 would erase them
+        raise ValueError(f"clip_grad_norm: max_norm must be a number > 0, or None to only "
+                         f"measure; got {max_norm!r}.")
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return 0.0

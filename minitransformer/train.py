@@ -100,6 +100,11 @@ class Trainer:
     def __init__(self, model: Any, tokenizer: Any, data: TranslationData, config: TrainConfig,
                  run_dir: str | Path):
         self.model, self.tokenizer, self.data, self.config = model, tokenizer, data, config
+        smallest = min(model.config.src_vocab_size, model.config.tgt_vocab_size)
+        if smallest < tokenizer.vocab_size:  # found now, not at the first batch
+            raise ValueError(f"the tokenizer has {tokenizer.vocab_size} pieces but the model's "
+                             f"vocabulary only {smallest}; build the model for this tokenizer, "
+                             "e.g. TransformerConfig.named(name, tokenizer.vocab_size).")
         self.run_dir = Path(run_dir)
         self.checkpoints = self.run_dir / "checkpoints"
         self.optimizer = Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
@@ -117,8 +122,12 @@ class Trainer:
         path = Path(path or self.checkpoints / "last.npz")
         checkpoint = load_checkpoint(path)
         if checkpoint.config != self.model.config:
-            raise ValueError("the checkpoint's model configuration differs from this run's; "
-                             "resume with the same --config and vocabulary.")
+            saved, now = checkpoint.config.to_dict(), self.model.config.to_dict()
+            differences = "; ".join(f"{name} {saved[name]!r} in the checkpoint, {now[name]!r} "
+                                    "now" for name in saved if saved[name] != now[name])
+            raise ValueError(f"the checkpoint's model configuration differs from this run's "
+                             f"({differences}); resume with the same --config, --dropout, "
+                             "--pre-norm and vocabulary.")
         trainer_state = checkpoint.state.get("trainer")
         if checkpoint.optimizer_state is None or not isinstance(trainer_state, dict):
             raise CheckpointError(f"{path} holds a model but no optimizer or training state "

@@ -205,6 +205,16 @@ def test_missing_corrupted_and_foreign_files_give_clear_errors(tmp_path):
             load_checkpoint(tmp_path / name)
 
 
+def test_saving_to_a_folder_asks_for_a_file_name_and_writes_nothing(tmp_path):
+    """It wrote the whole file, then failed to rename it with IsADirectoryError."""
+    model, optimizer = trained_model()
+    (tmp_path / "run").mkdir()
+    with pytest.raises(CheckpointError) as info:
+        save_checkpoint(tmp_path / "run", model, optimizer)
+    assert f"{tmp_path / 'run'} is a folder; give save_checkpoint a file name" in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
 def test_an_unreadable_file_gives_a_clear_error(tmp_path, monkeypatch):
     model, optimizer = trained_model()
     path = save_checkpoint(tmp_path / "a.npz", model, optimizer)

@@ -110,6 +110,20 @@ def test_a_function_that_ignores_its_inputs_is_refused():
         check_function(lambda x: mt.tensor([1.0]), inputs(2))
 
 
+def test_a_function_that_returns_a_plain_array_is_told_to_return_a_tensor():
+    """It failed with AttributeError: 'numpy.ndarray' object has no attribute 'requires_grad'."""
+    with pytest.raises(TypeError, match=r"check_function: double returned a ndarray, not a "
+                                        r"Tensor or a tuple of Tensors"):
+        check_function(lambda x: x.data * 2, inputs(2), name="double")
+
+
+@pytest.mark.parametrize("settings", [dict(n_directions=0), dict(eps=0.0)])
+def test_settings_under_which_nothing_is_checked_are_refused(settings):
+    """n_directions=0 passed a large input without checking it; eps=0 divided by zero."""
+    with pytest.raises(ValueError, match="eps must be > 0 and n_directions at least 1"):
+        check_function(lambda x: x * 0.0, inputs(30, 30), **settings)
+
+
 def test_report_reads_well():
     text = str(check_function(lambda x: x.exp(), inputs(2, 2), name="exp"))
     assert text.startswith("gradcheck exp (2, 2): passed")

@@ -1,11 +1,12 @@
 """Adam, the warmup schedule and gradient clipping against their formulas (§5.3)."""
 
 import math
+import re
 
 import numpy as np
 import pytest
 
-from minitransformer.nn import Parameter
+from minitransformer.nn import Linear, Parameter
 from minitransformer.optim import Adam, clip_grad_norm, noam_rate
 
 RNG = np.random.default_rng(0)
@@ -92,3 +93,46 @@ def test_clipping_measures_but_leaves_non_finite_gradients_for_the_caller():
     p.grad = np.array([np.inf, 1.0])
     assert clip_grad_norm([p], 1.0) == math.inf
     np.testing.assert_array_equal(p.grad, [np.inf, 1.0])   # not scaled into nan
+
+
+@pytest.mark.parametrize("setting, message", [
+    (dict(lr=math.nan), "Adam needs a finite lr >= 0, two betas in [0, 1) and a finite eps > 0; "
+                        "got lr=nan"),
+    (dict(lr=math.inf), "got lr=inf"),
+    (dict(eps=math.nan), "eps=nan"),
+    (dict(betas=(0.9,)), "betas=(0.9,)"),
+    (dict(betas=0.9), "betas=0.9"),
+])
+def test_adam_refuses_settings_that_would_fill_the_weights_with_nan(setting, message):
+    """nan or inf as lr or eps was accepted, and the first step made every weight nan."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Adam([Parameter(np.zeros(2))], **setting)
+
+
+def test_adam_given_a_model_instead_of_its_parameters_says_so():
+    model = Linear(3, 2)
+    with pytest.raises(TypeError, match=r"got a Linear; pass model\.parameters\(\)"):
+        Adam(model)
+    with pytest.raises(TypeError, match=r"got a Linear; pass model\.parameters\(\)"):
+        Adam([model])
+
+
+@pytest.mark.parametrize("d_model, warmup", [(512, 0), (512, -10), (0, 4000)])
+def test_the_schedule_refuses_sizes_it_cannot_take_a_power_of(d_model, warmup):
+    """warmup 0 was a ZeroDivisionError, a negative warmup a complex rate."""
+    with pytest.raises(ValueError, match=re.escape(
+            f"the schedule needs d_model > 0 and warmup_steps > 0, got d_model={d_model}, "
+            f"warmup_steps={warmup}")):
+        noam_rate(1, d_model, warmup)
+
+
+@pytest.mark.parametrize("max_norm", [-1.0, 0.0, math.nan])
+def test_clipping_to_a_limit_of_zero_or_below_is_refused(max_norm):
+    """A negative limit turned every gradient around, silently."""
+    p = Parameter(np.zeros(2))
+    p.grad = np.array([3.0, 4.0])
+    with pytest.raises(ValueError, match=re.escape(f"clip_grad_norm: max_norm must be a number "
+                                                   f"> 0, or None to only measure; got "
+                                                   f"{max_norm!r}")):
+        clip_grad_norm([p], max_norm)
+    np.testing.assert_array_equal(p.grad, [3.0, 4.0])

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -10,12 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 from killing import sigkill_when
-from train_task import make_trainer
+from train_task import make_task, make_trainer
 
 import minitransformer.train as train_module
 from minitransformer import backend
-from minitransformer.checkpoint import CheckpointError, load_checkpoint, restore_model
-from minitransformer.train import TrainConfig, TrainingError
+from minitransformer.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    restore_model,
+    save_checkpoint,
+)
+from minitransformer.nn import Transformer, TransformerConfig
+from minitransformer.train import TrainConfig, Trainer, TrainingError
 
 
 def losses(run_dir):
@@ -139,6 +146,29 @@ def test_resuming_from_a_checkpoint_without_training_state_is_explained(tmp_path
     np.savez(tmp_path / "damaged.npz", **arrays)
     with pytest.raises(CheckpointError, match="damaged.npz has an incomplete optimizer state"):
         make_trainer(tmp_path, max_steps=8).resume(tmp_path / "damaged.npz")
+
+
+def test_resuming_with_another_model_configuration_names_what_differs(tmp_path):
+    """The error once said only "resume with the same --config and vocabulary", also when
+    --config and vocabulary were the same and --dropout was not."""
+    trainer = make_trainer(tmp_path, max_steps=4)
+    other = Transformer(trainer.model.config.replace(p_dropout=0.3, pre_norm=True))
+    save_checkpoint(tmp_path / "other.npz", other)
+    with pytest.raises(ValueError, match=re.escape(
+            "differs from this run's (p_dropout 0.3 in the checkpoint, 0.1 now; pre_norm True "
+            "in the checkpoint, False now); resume with the same --config, --dropout")):
+        trainer.resume(tmp_path / "other.npz")
+
+
+def test_a_model_too_small_for_the_tokenizers_vocabulary_is_refused_before_training(tmp_path):
+    """It failed at the first batch, with an embedding error that did not name the
+    tokenizer."""
+    tokenizer, data = make_task()
+    V = tokenizer.vocab_size
+    config = TransformerConfig.named("tiny", V - 10, d_model=16, d_ff=32)
+    with pytest.raises(ValueError, match=f"the tokenizer has {V} pieces but the model's "
+                                         f"vocabulary only {V - 10}"):
+        Trainer(Transformer(config), tokenizer, data, TrainConfig(max_steps=2), tmp_path)
 
 
 def test_every_batch_of_a_run_gets_its_own_dropout_seed(tmp_path, monkeypatch):
