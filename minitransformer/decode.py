@@ -28,6 +28,8 @@ length, the longest output the model can place.
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 import operator
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -57,11 +59,21 @@ def _generating(model: Transformer) -> Iterator[None]:
             object.__setattr__(module, "training", training)
 
 
-def _source_and_limits(model: Transformer, src_ids: Any, max_len: int | None
-                       ) -> tuple[Tensor, Any]:
+def _source_and_limits(model: Transformer, src_ids: Any, max_len: int | None,
+                       bos_id: Any, eos_id: Any) -> tuple[Tensor, Any]:
     """Source ids as a (B, S) tensor, and each sentence's length limit (B,) int64:
     ``max_len`` for all, or by default its own source length (padding not counted) + 50 as
-    §6.1, at most the positional table's length."""
+    §6.1, at most the positional table's length. ``bos_id`` and ``eos_id`` must be integers
+    (an ``eos_id`` the model cannot emit, such as -1, never ends a sentence)."""
+    for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
+        if not _is_index(value):  # bos_id 1.5 would be cut to 1, silently
+            raise ValueError(f"{name} must be an integer token id, got {value!r}; take it from "
+                             f"the tokenizer the model was trained with (tokenizer.{name}).")
+    V = model.config.tgt_vocab_size
+    if not 0 <= bos_id < V:
+        raise ValueError(f"bos_id {bos_id} is outside the target vocabulary (ids 0 to {V - 1}); "
+                         "take it from the tokenizer the model was trained with "
+                         "(tokenizer.bos_id).")
     src = model._ids(src_ids, "source")
     positions = model.config.max_len
     xp = backend.get_array_module(src.data)
@@ -78,6 +90,15 @@ def _source_and_limits(model: Transformer, src_ids: Any, max_len: int | None
         raise ValueError(f"max_len {limit} is longer than the model's positional table "
                          f"({positions} positions); give max_len {positions} or less.")
     return src, xp.full(src.shape[0], limit, dtype=xp.int64)
+
+
+def _is_index(value: Any) -> bool:
+    """An integer (Python or NumPy), not a bool."""
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return not isinstance(value, bool)
 
 
 def _on_cores(search: Callable[..., list], model: Transformer, src: Tensor, limits: Any,
@@ -128,7 +149,7 @@ def greedy_decode(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
     With ``use_cache=False`` every step decodes the whole prefix again instead of only the
     newest token (the same result, O(length²) per step: for benchmarks).
     """
-    src, limits = _source_and_limits(model, src_ids, max_len)
+    src, limits = _source_and_limits(model, src_ids, max_len, bos_id, eos_id)
     with _generating(model):
         return _on_cores(_greedy, model, src, limits, bos_id, eos_id, use_cache)
 
@@ -250,11 +271,15 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
     With ``use_cache=False`` every step decodes the B·K whole prefixes again, and the beam
     reordering moves the prefixes instead of the cache (the same result, for benchmarks).
     """
-    if not isinstance(beam_size, int) or beam_size < 1:
+    if not _is_index(beam_size) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}.")
-    src, limits = _source_and_limits(model, src_ids, max_len)
+    if not (isinstance(length_penalty, numbers.Real) and math.isfinite(length_penalty)):
+        # nan or inf would give every hypothesis a nan score: empty translations, silently
+        raise ValueError(f"length_penalty must be a finite number (the paper's α = 0.6), got "
+                         f"{length_penalty!r}.")
+    src, limits = _source_and_limits(model, src_ids, max_len, bos_id, eos_id)
     with _generating(model):
-        results = _on_cores(_beam_search, model, src, limits, bos_id, eos_id, beam_size,
+        results = _on_cores(_beam_search, model, src, limits, bos_id, eos_id, int(beam_size),
                             float(length_penalty), use_cache)
     hyps = [hyp for hyp, _ in results]
     return (hyps, [score for _, score in results]) if return_scores else hyps

@@ -6,6 +6,7 @@ would, whatever the device.
 """
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -215,6 +216,36 @@ def test_bad_arguments():
         beam_search(model, SOURCES, BOS, 5, max_len=-1)
     with pytest.raises(ValueError, match="max_len"):
         greedy_decode(model, SOURCES, BOS, 5, max_len=2.5)
+
+
+@pytest.mark.parametrize("alpha", [float("nan"), float("inf"), "0.6"])
+def test_a_length_penalty_that_is_not_a_finite_number_is_refused(alpha):
+    """nan gave every hypothesis a nan score, and empty translations, silently."""
+    with pytest.raises(ValueError, match=re.escape(f"length_penalty must be a finite number "
+                                                   f"(the paper's α = 0.6), got {alpha!r}")):
+        beam_search(make_model(), SOURCES, BOS, 5, length_penalty=alpha)
+
+
+def test_beam_size_takes_numpy_integers_and_refuses_booleans():
+    model = make_model()
+    assert (beam_search(model, SOURCES, BOS, 5, beam_size=np.int64(2), max_len=3)
+            == beam_search(model, SOURCES, BOS, 5, beam_size=2, max_len=3))
+    with pytest.raises(ValueError, match="beam_size must be a positive integer, got True"):
+        beam_search(model, SOURCES, BOS, 5, beam_size=True)
+
+
+@pytest.mark.parametrize("search", [greedy_decode, beam_search])
+def test_special_ids_that_are_not_integer_ids_are_refused(search):
+    """bos_id 1.5 was cut to 1, silently."""
+    model = make_model()
+    with pytest.raises(ValueError, match=re.escape("bos_id must be an integer token id, got 1.5;"
+                                                   " take it from the tokenizer")):
+        search(model, SOURCES, 1.5, 5, max_len=3)
+    with pytest.raises(ValueError, match="eos_id must be an integer token id, got None"):
+        search(model, SOURCES, BOS, None, max_len=3)
+    with pytest.raises(ValueError, match=re.escape("bos_id 99 is outside the target vocabulary "
+                                                   "(ids 0 to")):
+        search(model, SOURCES, 99, 5, max_len=3)
 
 
 def test_length_penalty_is_gnmt():

@@ -21,10 +21,12 @@ thread count is stored in the model), so training always runs on one thread.
 from __future__ import annotations
 
 import io
+import operator
 import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import sentencepiece as spm
 
@@ -171,16 +173,25 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of one sentence, without BOS/EOS; "" gives []."""
+        if not isinstance(text, str):
+            raise TypeError(f"encode takes one sentence as a str, got a {type(text).__name__}; "
+                            "for a list of sentences use encode_batch.")
         return self._sp.encode(text, out_type=int)
 
     def encode_batch(self, texts: Iterable[str]) -> list[list[int]]:
         """``encode`` of each text, in one call into SentencePiece."""
+        if isinstance(texts, str):  # its characters would be encoded one by one
+            raise TypeError("encode_batch takes a list of sentences, got one str; use "
+                            "encode(text) for a single sentence.")
         texts = list(texts)
         return self._sp.encode(texts, out_type=int) if texts else []
 
     def decode(self, ids: Iterable[int]) -> str:
         """The text of ``ids``, skipping pad, BOS and EOS (it does not stop at EOS)."""
-        kept = [int(i) for i in ids]
+        if isinstance(ids, str | bytes):  # "567" would decode as the ids 5, 6, 7
+            raise TypeError(f"decode takes a list of token ids, got a {type(ids).__name__}; "
+                            "encode text with encode(text) first.")
+        kept = [_token_id(i) for i in ids]
         bad = [i for i in kept if not 0 <= i < self.vocab_size]
         if bad:
             raise DataError(f"token id {bad[0]} is outside this tokenizer's vocabulary of "
@@ -194,7 +205,11 @@ class Tokenizer:
 
     def id_to_piece(self, i: int) -> str:
         """The vocabulary entry of id ``i`` ("▁" marks a word start), for inspection."""
-        return self._sp.id_to_piece(int(i))
+        i = _token_id(i)
+        if not 0 <= i < self.vocab_size:
+            raise DataError(f"token id {i} is outside this tokenizer's vocabulary of "
+                            f"{self.vocab_size} pieces (ids 0 to {self.vocab_size - 1}).")
+        return self._sp.id_to_piece(i)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Tokenizer) and self._proto == other._proto
@@ -204,6 +219,15 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size})"
+
+
+def _token_id(value: Any) -> int:
+    """``value`` as an int, if it is an integer (Python or NumPy): int(1.7) would be 1."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"token ids are integers, got {value!r} (a {type(value).__name__}); "
+                        "pass the ids encode or a model gave, as ints.") from None
 
 
 def _text_lines(sentences: Iterable[str]) -> list[str]:

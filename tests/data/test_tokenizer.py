@@ -97,6 +97,27 @@ def test_decode_rejects_ids_outside_vocabulary(tok):
         tok.decode([-1])
 
 
+def test_text_where_ids_belong_and_ids_where_text_belongs_are_refused(tok):
+    """decode("567") once decoded the ids 5, 6 and 7, decode([1.7]) the id 1, and
+    encode_batch("a sentence") encoded each character as a sentence, all silently."""
+    with pytest.raises(TypeError, match=r"decode takes a list of token ids, got a str; encode "
+                                        r"text with encode\(text\) first"):
+        tok.decode("567")
+    with pytest.raises(TypeError, match=r"token ids are integers, got 1\.7 \(a float\)"):
+        tok.decode([5, 1.7])
+    with pytest.raises(TypeError, match=r"encode_batch takes a list of sentences, got one str"):
+        tok.encode_batch(CORPUS[0])
+    with pytest.raises(TypeError, match=r"encode takes one sentence as a str, got a NoneType"):
+        tok.encode(None)
+    assert tok.decode(np.array(tok.encode(CORPUS[0]))) == CORPUS[0]  # NumPy ids still do
+
+
+def test_id_to_piece_outside_the_vocabulary_names_the_range(tok):
+    with pytest.raises(DataError, match=rf"token id {tok.vocab_size} is outside this "
+                                        rf"tokenizer's vocabulary of {tok.vocab_size} pieces"):
+        tok.id_to_piece(tok.vocab_size)
+
+
 @pytest.mark.parametrize("model_type", ["bpe", "unigram"])
 def test_training_is_deterministic(model_type):
     first = Tokenizer.train(CORPUS, vocab_size=120, model_type=model_type)
