@@ -124,3 +124,18 @@ def test_sizes_that_cannot_be_drawn_stop_the_command_while_parsing(argv, message
         cli.main(["plot", *argv, "--out", str(tmp_path / "never.png")])
     assert stop.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("picture", [["positions"], ["schedule"], ["gradcheck"],
+                                     ["curves", "log.jsonl"]])
+@pytest.mark.parametrize("out", ["picture.txt", "picture"])
+def test_an_out_that_is_not_a_picture_file_stops_the_command_while_parsing(picture, out, capsys,
+                                                                           tmp_path):
+    """picture.txt failed with matplotlib's traceback after the work was done; with no suffix,
+    matplotlib wrote picture.png while the command said it wrote picture."""
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["plot", *picture, "--out", str(tmp_path / out)])
+    assert stop.value.code == 2
+    assert ("argument --out: must be a file name ending in .png (or another picture format: "
+            in capsys.readouterr().err)
+    assert not list(tmp_path.iterdir())

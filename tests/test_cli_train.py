@@ -275,12 +275,30 @@ def test_an_output_that_cannot_be_written_is_refused_before_translating(trained_
                                      "character) to 1,000,000, got 3"),
     (["translate", "--checkpoint", "x.npz", "--beam", "0", "hi"],
      "argument --beam: must be a whole number of at least 1, got 0"),
+    # nan once gave empty translations (and BLEU 0) with exit status 0
+    (["translate", "--checkpoint", "x.npz", "--length-penalty", "nan", "hi"],
+     "argument --length-penalty: must be a finite number, got 'nan'"),
+    (["evaluate", "--checkpoint", "x.npz", "--length-penalty", "inf"],
+     "argument --length-penalty: must be a finite number, got 'inf'"),
+    # a negative seed once stopped gradcheck and check-exercise with NumPy's traceback
+    (["gradcheck", "--seed", "-1"], "argument --seed: must be a whole number of at least 0"),
+    (["check-exercise", "softmax", "--seed", "-1"],
+     "argument --seed: must be a whole number of at least 0"),
+    (["train", "--seed", "-1"], "argument --seed: must be a whole number of at least 0"),
 ])
 def test_impossible_numbers_stop_the_command_while_parsing(argv, message, capsys):
     with pytest.raises(SystemExit) as stop:
         cli.main(argv)
     assert stop.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_translate_refuses_sentences_and_an_input_file_together(tmp_path, capsys):
+    """The sentences were translated and --input was ignored without a word."""
+    assert cli.main(["translate", "--checkpoint", str(tmp_path / "x.npz"), "--input",
+                     str(tmp_path / "in.txt"), "ka lo"]) == 2
+    assert (f"give sentences as arguments or --input, not both (got --input "
+            f"{tmp_path / 'in.txt'} together with 1 sentence)") in capsys.readouterr().err
 
 
 def test_bad_input_is_explained(tmp_path, capsys):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .values import at_least
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     check = commands.add_parser(
@@ -22,7 +24,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     check.add_argument("file", nargs="?", metavar="FILE",
                        help="your file (default: lessons/exercises/NAME.py)")
     check.add_argument("--list", action="store_true", help="list the exercises and exit")
-    check.add_argument("--seed", type=int, default=0,
+    check.add_argument("--seed", type=at_least(0), default=0,
                        help="seed of the inputs and upstream gradients (default 0)")
     check.set_defaults(run=run, device=None)
 

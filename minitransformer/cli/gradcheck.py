@@ -7,6 +7,7 @@ import json
 import sys
 
 from .. import backend
+from .values import at_least
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -20,7 +21,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     gradcheck.add_argument("--filter", metavar="TEXT",
                            help="only the cases whose name contains TEXT (e.g. 'matmul')")
-    gradcheck.add_argument("--seed", type=int, default=0,
+    gradcheck.add_argument("--seed", type=at_least(0), default=0,
                            help="seed of the inputs, upstream gradients and directions "
                                 "(default 0)")
     gradcheck.add_argument("--json", action="store_true",

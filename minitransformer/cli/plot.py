@@ -22,13 +22,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     a.add_argument("--kind", choices=["encoder", "decoder", "cross"], default="cross",
                    help="encoder self-, decoder self- or cross-attention (default cross)")
     a.add_argument("--layer", type=int, default=-1, help="which layer (default: the last)")
-    a.add_argument("--out", default="attention.png", help="PNG to write")
+    a.add_argument("--out", type=picture_file, default="attention.png", help="PNG to write")
     a.set_defaults(run=run_attention)
 
     e = which.add_parser("positions", help="the sinusoidal positional-encoding table")
     e.add_argument("--d-model", type=at_least(1), default=64, help="dimensions (default 64)")
     e.add_argument("--length", type=at_least(1), default=100, help="positions (default 100)")
-    e.add_argument("--out", default="positions.png")
+    e.add_argument("--out", type=picture_file, default="positions.png")
     e.set_defaults(run=run_positions)
 
     s = which.add_parser("schedule", help="the learning-rate schedule of §5.3")
@@ -38,18 +38,31 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                    help="factor on the rate (default 1.0)")
     s.add_argument("--steps", type=at_least(1), default=20000,
                    help="steps drawn (default 20000)")
-    s.add_argument("--out", default="schedule.png")
+    s.add_argument("--out", type=picture_file, default="schedule.png")
     s.set_defaults(run=run_schedule)
 
     c = which.add_parser("curves", help="training and validation curves from a run's log")
     c.add_argument("log", help="a run's log.jsonl")
-    c.add_argument("--out", default="curves.png")
+    c.add_argument("--out", type=picture_file, default="curves.png")
     c.set_defaults(run=run_curves)
 
     g = which.add_parser("gradcheck", help="the gradient-check errors of every row")
     g.add_argument("--filter", metavar="TEXT", help="only the cases whose name contains TEXT")
-    g.add_argument("--out", default="gradcheck.png")
+    g.add_argument("--out", type=picture_file, default="gradcheck.png")
     g.set_defaults(run=run_gradcheck)
+
+
+def picture_file(text: str) -> str:
+    """An --out whose suffix names a format matplotlib writes, checked before any work: an
+    unknown suffix failed only at the end, and without one matplotlib wrote NAME.png."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if Path(text).suffix[1:].lower() not in formats:
+        raise argparse.ArgumentTypeError(
+            f"must be a file name ending in .png (or another picture format: "
+            f"{', '.join(sorted(formats))}), got {text!r}")
+    return text
 
 
 def _matplotlib() -> None:

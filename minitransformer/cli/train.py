@@ -87,7 +87,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                      help="step checkpoints kept and averaged at the end (default 5)")
     run.add_argument("--beam", type=at_least(1), default=4,
                      help="beam size of the final test translation (default 4)")
-    run.add_argument("--seed", type=int, default=0, help="seed of everything (default 0)")
+    run.add_argument("--seed", type=at_least(0), default=0, help="seed of everything (default 0)")
     run.add_argument("--device", choices=["cpu", "cuda"],
                      help="default: $MINITRANSFORMER_DEVICE, else cpu")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .values import at_least
+from .values import at_least, finite_float
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -46,7 +46,7 @@ def _checkpoint_options(p: argparse.ArgumentParser) -> None:
                    help="a checkpoint, e.g. runs/builtin-tiny/checkpoints/averaged.npz")
     p.add_argument("--beam", type=at_least(1), default=4,
                    help="beam size; 1 for greedy decoding (default 4)")
-    p.add_argument("--length-penalty", type=float, default=0.6,
+    p.add_argument("--length-penalty", type=finite_float, default=0.6,
                    help="α of the length penalty ((5 + length) / 6)^α (default 0.6)")
     p.add_argument("--device", choices=["cpu", "cuda"],
                    help="default: $MINITRANSFORMER_DEVICE, else cpu")
@@ -105,6 +105,11 @@ def run_translate(args: argparse.Namespace) -> int:
     from ..data.parallel import read_lines
     from ..translator import translate
 
+    if args.sentences and args.input:
+        print(f"minitransformer translate: give sentences as arguments or --input, not both "
+              f"(got --input {args.input} together with {len(args.sentences)} sentence"
+              f"{'s' if len(args.sentences) > 1 else ''}).", file=sys.stderr)
+        return 2
     try:
         model, tokenizer = load_translator(args.checkpoint)
         if args.sentences:

@@ -31,6 +31,11 @@ def at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
+def finite_float(text: str) -> float:
+    """Any finite number (nan or inf would go through every comparison unnoticed)."""
+    return _number(text, float)
+
+
 def positive_float(text: str) -> float:
     """A number > 0."""
     value = _number(text, float)
