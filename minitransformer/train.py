@@ -7,8 +7,9 @@ Adam at the rate of the paper's schedule. Every ``eval_every`` steps the model i
 (loss, and BLEU of greedy translations) and checkpointed; the best and the last checkpoints are
 kept, and the last ``keep_last`` step checkpoints for averaging at the end (§6.1).
 
-Everything random in a step (dropout) is seeded from (seed, step), and the batch order from
-(seed, epoch), so a run resumed from a checkpoint repeats the uninterrupted run's losses.
+Everything random in a step (dropout) is seeded from (seed, step, batch: one of the step's
+accumulated batches), and the batch order from (seed, epoch), so a run resumed from a
+checkpoint repeats the uninterrupted run's losses.
 """
 
 from __future__ import annotations
