@@ -315,8 +315,13 @@ def memory_stats(device: str | None = None) -> dict[str, int]:
     if backend.name == "cuda":
         pool = backend.xp.get_default_memory_pool()
         return {"used_bytes": int(pool.used_bytes()), "pool_bytes": int(pool.total_bytes())}
-    import resource
     import sys
 
+    try:
+        import resource
+    except ImportError:  # Windows has no getrusage
+        raise NotImplementedError("memory_stats on the CPU reads the peak resident memory "
+                                  "with the resource module, which Windows does not have; use "
+                                  "the Task Manager or psutil there.") from None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"peak_rss_bytes": int(peak if sys.platform == "darwin" else peak * 1024)}

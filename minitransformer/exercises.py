@@ -210,6 +210,10 @@ def _check_case(exercise: Exercise, cls: type, case: Case, seed: int, path: Path
             problems.append(f"return None as the gradient of {name}: it is not differentiable.")
         elif grad_name is not None and g is None:
             problems.append(f"{grad_name} is None: {name} needs a gradient.")
+        elif grad_name is not None and not isinstance(g, np.ndarray | np.generic):
+            problems.append(f"{grad_name} is a {type(g).__name__}, not a NumPy array: backward "
+                            "takes the arrays of dout and of what forward saved, and returns "
+                            "arrays, computed with NumPy (not with Tensors).")
         elif grad_name is not None and np.shape(g) != x.shape:
             problems.append(f"{grad_name} has the wrong shape: expected {x.shape}, got "
                             f"{np.shape(g)}: {_shape_hint(x.shape, np.shape(g))}")

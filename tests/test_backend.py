@@ -118,3 +118,11 @@ def test_memory_stats_report_the_peak_resident_memory_on_the_cpu():
     block = np.ones(64 * 2**20 // 8)  # 64 MiB touched
     after = backend.memory_stats("cpu")["peak_rss_bytes"]
     assert block.sum() > 0 and after >= before > 10 * 2**20
+
+
+def test_memory_stats_without_the_resource_module_says_so(monkeypatch):
+    """Windows has no resource module: one sentence instead of an ImportError."""
+    import sys
+    monkeypatch.setitem(sys.modules, "resource", None)  # import resource now raises
+    with pytest.raises(NotImplementedError, match="which Windows does not have"):
+        backend.memory_stats("cpu")

@@ -168,6 +168,16 @@ def test_wrong_shapes_name_the_gradient_and_the_fix(tmp_path, capsys):
     assert "fails too (dW has the wrong shape)" in check_exercise("linear", path).message
 
 
+@pytest.mark.parametrize("returned", ["Tensor(dout2.sum(axis=0))", "dout2.sum(axis=0).tolist()"])
+def test_a_gradient_that_is_not_an_array_is_named(tmp_path, returned):
+    """A Tensor was reported as "dtype object", a list as float64."""
+    path = edited(tmp_path, "linear", "db = dout2.sum(axis=0)  ", f"db = {returned}  ")
+    path.write_text("from minitransformer import Tensor\n" + path.read_text())
+    message = check_exercise("linear", path).message
+    kind = "Tensor" if returned.startswith("Tensor") else "list"
+    assert f"db is a {kind}, not a NumPy array: backward takes the arrays" in message, message
+
+
 def test_ignored_targets_and_a_missing_mean_are_recognised(tmp_path):
     ignored = edited(tmp_path, "cross_entropy", "(real * (dout / n_real))[:, None]",
                      "np.full(len(real), dout / n_real)[:, None]")

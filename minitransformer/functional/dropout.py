@@ -40,7 +40,7 @@ class Dropout(Function):
     LEVELS = 2 ** 16  # CPU: u is a uint16, p a multiple of 1 / LEVELS
 
     def __init__(self, p: float):
-        self.p = _check_p(p)
+        self.p = check_dropout_p(p)
 
     def forward(self, x):
         require_float("dropout", x=x)
@@ -80,12 +80,12 @@ class Dropout(Function):
         return dx
 
 
-def _check_p(p: float) -> float:
+def check_dropout_p(p: float) -> float:
     try:
         value = float(p)
     except (TypeError, ValueError):
         value = float("nan")  # not a number: fails the range test below
-    if isinstance(p, bool) or not 0 <= value < 1:
+    if isinstance(p, bool | str) or not 0 <= value < 1:
         raise ValueError(f"dropout: p must satisfy 0 <= p < 1 (the probability of zeroing an "
                          f"entry), got p={p!r}.")
     return value
@@ -94,7 +94,7 @@ def _check_p(p: float) -> float:
 def dropout(x, p, training=True):
     """Zero each entry of x with probability p and scale the rest by 1 / (1 - p) when
     ``training``; return x itself (no graph node) in evaluation or when p == 0."""
-    p = _check_p(p)
+    p = check_dropout_p(p)
     if not training or p == 0:
         return x
     return Dropout(p)(x)

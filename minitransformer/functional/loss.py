@@ -28,6 +28,8 @@ N_rows = prod(...) once flattened; loss a 0-d tensor.
 
 from __future__ import annotations
 
+import numbers
+
 from .. import backend
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
@@ -43,6 +45,10 @@ class CrossEntropy(Function):
         if not 0 <= label_smoothing < 1:
             raise ValueError(f"cross_entropy: label_smoothing must satisfy 0 <= ε < 1, got "
                              f"{label_smoothing!r}.")
+        if ignore_index is not None and (isinstance(ignore_index, bool)
+                                         or not isinstance(ignore_index, numbers.Integral)):
+            raise ValueError(f"cross_entropy: ignore_index must be a class id (an integer, e.g. "
+                             f"the padding id) or None, got {ignore_index!r}.")
         self.eps, self.ignore_index = float(label_smoothing), ignore_index
 
     def forward(self, logits, targets):

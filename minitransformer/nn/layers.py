@@ -17,6 +17,7 @@ import operator
 from typing import Any
 
 from .. import functional as F
+from ..functional.dropout import check_dropout_p
 from . import init
 from .module import Module, Parameter
 
@@ -91,9 +92,7 @@ class LayerNorm(Module):
 class Dropout(Module):
     def __init__(self, p: float = 0.1):
         super().__init__()
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1), got {p}.")
-        self.p = p
+        self.p = check_dropout_p(p)  # refused here, not at the first forward
 
     def forward(self, x: Any) -> Any:
         return F.dropout(x, self.p, training=self.training)

@@ -143,6 +143,11 @@ class Module:
         shapes that differ are all reported in one ValueError before anything is changed.
         """
         params = dict(self.named_parameters())
+        not_arrays = [f"{n} (a {type(v).__name__})" for n, v in state.items()
+                      if n in params and not backend.is_array(v)]
+        if not_arrays:
+            raise TypeError(f"load_state_dict into {type(self).__name__}: every entry must be an "
+                            f"array, as state_dict() gives them, got {', '.join(not_arrays)}.")
         missing = [n for n in params if n not in state]
         unexpected = [n for n in state if n not in params]
         misshaped = [f"{n}: saved {tuple(state[n].shape)}, model {p.shape}"

@@ -263,6 +263,15 @@ def test_integer_input_to_an_op_on_real_numbers_says_to_convert_it(device, op):
         INTEGER_INPUTS[op](ids)
 
 
+@pytest.mark.parametrize("ignore_index", [0.0, "0", True])
+def test_cross_entropy_ignore_index_must_be_a_class_id(device, ignore_index):
+    """A float ignore_index was accepted."""
+    with pytest.raises(ValueError, match=re.escape(f"cross_entropy: ignore_index must be a class "
+                                                   f"id (an integer, e.g. the padding id) or "
+                                                   f"None, got {ignore_index!r}")):
+        F.cross_entropy(x(3, 4), mt.tensor([0, 1, 2]), ignore_index=ignore_index)
+
+
 @pytest.mark.parametrize("op", ["embedding", "cross_entropy"])
 def test_one_out_of_range_id_is_named_once(device, op):
     ids = mt.tensor([7, 7, 7])

@@ -20,6 +20,7 @@ from numpy.testing import assert_allclose, assert_array_equal
 import minitransformer as mt
 from minitransformer import functional as F
 from minitransformer.nn import (
+    Dropout,
     Embedding,
     LayerNorm,
     Linear,
@@ -446,6 +447,9 @@ def test_d_model_not_divisible_by_heads_is_refused():
     (lambda: Embedding(5, -3), "Embedding: embedding_dim must be a positive integer, got -3"),
     (lambda: LayerNorm(-1), "LayerNorm: d_model must be a positive integer, got -1"),
     (lambda: LayerNorm(8, eps=-1e-6), "LayerNorm: eps must be a number > 0, got -1e-06"),
+    (lambda: Dropout("a"), "dropout: p must satisfy 0 <= p < 1 (the probability of zeroing an "
+                           "entry), got p='a'"),
+    (lambda: Dropout(1.0), "got p=1.0"),
     (lambda: PositionalEncoding(8, max_len=0), "PositionalEncoding: max_len must be a positive "
                                                "integer, got 0"),
     (lambda: TransformerConfig(10, 10, pad_id=1.5), "pad_id must be a token id of the "

@@ -107,6 +107,18 @@ def test_load_state_dict_copies_the_arrays():
     assert_array_equal(target.src_embed.weight.numpy(), loaded)
 
 
+def test_load_state_dict_refuses_entries_that_are_not_arrays():
+    """A list once failed with "'list' object has no attribute 'shape'"."""
+    target = tiny(seed=1)
+    state = target.state_dict()
+    state["src_embed.weight"] = state["src_embed.weight"].tolist()
+    before = target.src_embed.weight.numpy().copy()
+    with pytest.raises(TypeError, match=r"every entry must be an array, as state_dict\(\) gives "
+                                        r"them, got src_embed.weight \(a list\)"):
+        target.load_state_dict(state)
+    assert_array_equal(target.src_embed.weight.numpy(), before)
+
+
 def test_strict_false_loads_a_subset():
     source, target = tiny(seed=0), tiny(seed=1)
     untouched = target.decoder.layers[0].self_attn.w_q.weight.numpy().copy()
