@@ -3,14 +3,18 @@
     pip install torch==2.13.0      # for this script only; the package never imports torch
     python bench/parity_torch.py   # exits 1 if anything disagrees
 
-Builds a minitransformer model, builds the same architecture from PyTorch primitives (post-LN,
-sinusoidal positions, embeddings scaled by √d_model and tied three ways, padding embedded to
-zero), copies every weight across, runs one batch with padding through both with dropout off,
-and compares the logits, the label-smoothed loss and the gradient of every parameter, in
-float64 (relative error below 1e-8) and float32 (below 1e-3), on a batch that keeps every ReLU
-input away from the kink at zero (KINK_MARGIN). Logits and loss are compared relative to their
-own magnitude, gradients relative to the largest gradient entry of the model (the key biases'
-true gradient is exactly zero).
+Builds a minitransformer model, builds the same architecture from PyTorch primitives (the
+paper's layout: post-LN, sinusoidal positions, embeddings scaled by √d_model and tied three
+ways, padding embedded to zero), copies every weight across, runs one batch with padding
+through both with dropout off, and compares the logits, the label-smoothed loss and the
+gradient of every parameter, in float64 (relative error below 1e-8) and float32 (below 1e-3),
+on a batch that keeps every ReLU input away from the kink at zero (KINK_MARGIN). Logits and
+loss are compared relative to their own magnitude, gradients relative to the largest gradient
+entry of the model (the key biases' true gradient is exactly zero).
+
+Then the same for each of the configuration's other layouts (VARIANTS): pre-LN residuals with
+a final layer norm after each stack, learned positions, and separate source and target tables
+with an untied output projection.
 """
 
 from __future__ import annotations
@@ -70,34 +74,53 @@ def torch_forward(params: dict, config: TransformerConfig, src, tgt_in, tgt_out,
         table[:, 1::2] = torch.cos(position * inv_freq)
         return table.to(dtype)
 
-    def embed(ids):
-        x = p["src_embed.weight"][ids] * (ids != pad)[..., None] * math.sqrt(d)
-        return x + positions(ids.shape[1])
+    def embed(ids, side):
+        table = p["src_embed.weight" if side == "src" or config.share_embeddings
+                  else "tgt_embed.weight"]
+        x = table[ids] * (ids != pad)[..., None] * math.sqrt(d)
+        n = ids.shape[1]
+        return x + (p[f"{side}_positions.weight"][:n] if config.learned_positions
+                    else positions(n))
+
+    def residual(x, sublayer, norm):
+        """Post-LN: LayerNorm(x + Sublayer(x)); pre-LN: x + Sublayer(LayerNorm(x))."""
+        if config.pre_norm:
+            return x + sublayer(layer_norm(x, norm))
+        return layer_norm(x + sublayer(x), norm)
 
     src_mask = (src_t != pad)[:, None, None, :]
     T = tgt_t.shape[1]
     causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
     tgt_mask = (tgt_t != pad)[:, None, None, :] & causal
-    x = embed(src_t)
+    x = embed(src_t, "src")
     for i in range(config.n_layers):
         pre = f"encoder.layers.{i}"
-        x = layer_norm(x + attention(x, x, f"{pre}.self_attn", src_mask),
-                       f"{pre}.attn_residual.norm")
-        x = layer_norm(x + feed_forward(x, pre), f"{pre}.ff_residual.norm")
-    memory, y = x, embed(tgt_t)
+        x = residual(x, lambda h, pre=pre: attention(h, h, f"{pre}.self_attn", src_mask),
+                     f"{pre}.attn_residual.norm")
+        x = residual(x, lambda h, pre=pre: feed_forward(h, pre), f"{pre}.ff_residual.norm")
+    if config.pre_norm:
+        x = layer_norm(x, "encoder.final_norm")
+    memory, y = x, embed(tgt_t, "tgt")
     for i in range(config.n_layers):
         pre = f"decoder.layers.{i}"
-        y = layer_norm(y + attention(y, y, f"{pre}.self_attn", tgt_mask),
-                       f"{pre}.self_residual.norm")
-        y = layer_norm(y + attention(y, memory, f"{pre}.cross_attn", src_mask),
-                       f"{pre}.cross_residual.norm")
-        y = layer_norm(y + feed_forward(y, pre), f"{pre}.ff_residual.norm")
-    logits = y @ p["src_embed.weight"].T
+        y = residual(y, lambda h, pre=pre: attention(h, h, f"{pre}.self_attn", tgt_mask),
+                     f"{pre}.self_residual.norm")
+        y = residual(y, lambda h, pre=pre: attention(h, memory, f"{pre}.cross_attn", src_mask),
+                     f"{pre}.cross_residual.norm")
+        y = residual(y, lambda h, pre=pre: feed_forward(h, pre), f"{pre}.ff_residual.norm")
+    if config.pre_norm:
+        y = layer_norm(y, "decoder.final_norm")
+    if config.tie_output:
+        logits = y @ p["src_embed.weight" if config.share_embeddings else "tgt_embed.weight"].T
+    else:
+        logits = y @ p["out_proj.weight"].T
     loss = torch.nn.functional.cross_entropy(
         logits.reshape(-1, logits.shape[-1]), torch.tensor(tgt_out).reshape(-1),
         ignore_index=pad, label_smoothing=0.1)
     loss.backward()
-    grads = {name: t.grad.numpy() for name, t in p.items()}
+    # a parameter the PyTorch side never used gets zeros: a disagreement, not a crash
+    grads = {name: t.grad.numpy() if t.grad is not None else np.zeros(t.shape)
+             for name, t in p.items()}
     return logits.detach().numpy(), loss.item(), grads
 
 
@@ -169,13 +192,17 @@ def compare(dtype_name: str, tolerance: float, config: TransformerConfig, batch:
     return worst <= tolerance
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="small")
-    parser.add_argument("--vocab-size", type=int, default=1000)
-    args = parser.parse_args(argv)
-    config = TransformerConfig.named(args.config, args.vocab_size, p_dropout=0.0)
-    torch.set_num_threads(2)
+# The paper's layout, then each of the other layouts TransformerConfig offers.
+VARIANTS = {
+    "paper": {},
+    "pre-LN": {"pre_norm": True},
+    "learned positions": {"learned_positions": True},
+    "separate tables, untied output": {"share_embeddings": False, "tie_output": False},
+}
+
+
+def check_variant(config: TransformerConfig) -> bool:
+    """Parity of one configuration in float64 and float32, on a batch away from the kinks."""
     with mt.default_dtype("float64"):
         mt.manual_seed(0)
         params = {name: p.numpy() for name, p in Transformer(config).named_parameters()}
@@ -187,7 +214,23 @@ def main(argv=None) -> int:
 
     seed, batch = batch_away_from_kinks(config, relu_inputs)
     print(f"batch of seed {seed}: every ReLU input at least {KINK_MARGIN:g} from zero")
-    ok = compare("float64", 1e-8, config, batch) & compare("float32", 1e-3, config, batch)
+    return compare("float64", 1e-8, config, batch) & compare("float32", 1e-3, config, batch)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="small")
+    parser.add_argument("--vocab-size", type=int, default=1000)
+    parser.add_argument("--variant", choices=sorted(VARIANTS), action="append",
+                        help="only this layout (repeatable; default: all)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(2)
+    ok = True
+    for name in args.variant or VARIANTS:
+        config = TransformerConfig.named(args.config, args.vocab_size, p_dropout=0.0,
+                                         **VARIANTS[name])
+        print(f"{args.config}, {name}:")
+        ok &= check_variant(config)
     print("parity: " + ("every number agrees" if ok else "DISAGREEMENT"))
     return 0 if ok else 1
 
