@@ -8,6 +8,7 @@ import pytest
 
 from minitransformer import cli
 from minitransformer.checkpoint import load_checkpoint
+from minitransformer.functional import _blocks
 
 TRAIN_ARGS = ["--config", "tiny", "--vocab-size", "40", "--max-steps", "4", "--eval-every",
               "2", "--bleu-sentences", "4", "--max-tokens", "200", "--warmup", "10",
@@ -230,6 +231,16 @@ def test_pairs_with_an_empty_side_are_not_counted_as_too_long(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "80 training pairs (0 longer than 100 tokens and 1 with an empty side dropped)" in out
     assert "6 validation (1 with an empty side dropped)" in out
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_first_line_says_the_device_and_the_threads(tmp_path, capsys, monkeypatch, threads):
+    monkeypatch.setattr(_blocks, "WORKERS", threads)  # as set_num_threads(threads), BLAS aside
+    status = cli.main(["train", "--data", str(write_corpus(tmp_path / "corpus")), "--src-lang",
+                       "xx", "--tgt-lang", "yy", "--out", str(tmp_path / "run"), *TRAIN_ARGS])
+    assert status == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert f"parameters; cpu, {threads} thread{'s' if threads > 1 else ''}; run folder" in first
 
 
 def test_a_max_len_beyond_the_positional_table_is_refused_before_reading_data(tmp_path, capsys):

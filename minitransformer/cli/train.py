@@ -160,7 +160,7 @@ def run_train(args: argparse.Namespace) -> int:
           f"pairs{train_dropped}, "
           f"{len(data.valid):,} validation{valid_dropped}, {len(corpus.test):,} test; vocabulary "
           f"{tokenizer.vocab_size:,}; model '{pick('config')}' with "
-          f"{model.num_parameters():,} parameters; run folder {out}")
+          f"{model.num_parameters():,} parameters; {_where()}; run folder {out}")
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save(out / "tokenizer.model")
     (out / "run.json").write_text(json.dumps(
@@ -203,3 +203,16 @@ def _steps_per_epoch(data: TranslationData, args: argparse.Namespace) -> int:
     from ..data.batching import TokenBatcher
 
     return max(1, math.ceil(len(TokenBatcher(data.train, args.max_tokens)) / args.accumulate))
+
+
+def _where() -> str:
+    """The device, and on the CPU how many threads ("cpu, 2 threads"): a shared machine's
+    user sees what the run takes (OMP_NUM_THREADS or set_num_threads change it)."""
+    from .. import backend, threads
+
+    device = backend.current_device()
+    if device != "cpu":
+        return device
+    n = threads.get_num_threads()
+    return f"cpu, {n} thread{'s' if n > 1 else ''}"
+
