@@ -62,13 +62,14 @@ def one_core(enabled: bool):
     if not enabled:
         yield
         return
-    mt.set_num_threads(1)
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        mt.set_num_threads(saved[0])
-        torch.set_num_threads(saved[1])
+    with threadpool_limits(1):  # BLAS's own count comes back at the end, whatever it was
+        mt.set_num_threads(1)
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            mt.set_num_threads(saved[0])
+            torch.set_num_threads(saved[1])
 
 
 def time_decoding(args) -> list[dict]:

@@ -21,8 +21,6 @@ import operator
 
 from .functional import _blocks
 
-_blas_limit = None  # threadpoolctl's limiter, kept so the BLAS setting stays in force
-
 
 def get_num_threads() -> int:
     """The number of worker threads the CPU layers and decoding use."""
@@ -31,9 +29,8 @@ def get_num_threads() -> int:
 
 def set_num_threads(n: int) -> None:
     """Use ``n`` threads on the CPU from now on: ``n`` worker threads, and ``n`` threads in
-    BLAS's matrix products (threadpoolctl). Call it before the work starts, not while another
-    thread is training or decoding."""
-    global _blas_limit
+    BLAS's matrix products (threadpoolctl). Call it before the work starts, from the thread
+    that starts it (a worker thread of the pool is refused)."""
     try:
         threads = operator.index(n)
     except TypeError:
@@ -41,8 +38,7 @@ def set_num_threads(n: int) -> None:
     if threads < 1 or isinstance(n, bool):
         raise ValueError(f"set_num_threads takes a positive integer, got {n!r}; "
                          "give the number of cores to use, 1 or more.")
-    _blocks.WORKERS = threads
-    _blas_limit = _blocks.blas_controller().limit(limits=threads, user_api="blas")
+    _blocks.set_threads(threads)
 
 
 __all__ = ["get_num_threads", "set_num_threads"]

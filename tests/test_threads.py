@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import minitransformer as mt
-from minitransformer import decode, threads
+from minitransformer import decode
 from minitransformer.functional import _blocks
 from minitransformer.nn.config import TransformerConfig
 from minitransformer.nn.transformer import Transformer
@@ -26,17 +26,17 @@ def restored():
     yield
     _blocks.WORKERS = workers
     _blocks.blas_controller().limit(limits=blas, user_api="blas")
-    threads._blas_limit = None
 
 
-def test_default_reads_omp_num_threads(monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert _blocks.default_workers() == 3
-    monkeypatch.setenv("OMP_NUM_THREADS", "12")   # set by the user: above the default's cap
-    assert _blocks.default_workers() == 12
+@pytest.mark.parametrize("value, workers", [("3", 3), ("12", 12), ("4,2", 4), (" 2 ", 2)])
+def test_default_reads_omp_num_threads(monkeypatch, value, workers):
+    """12 is above the default's cap, but the user asked for it; "4,2" gives the outer level
+    its 4, as OpenMP and PyTorch read it."""
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    assert _blocks.default_workers() == workers
 
 
-@pytest.mark.parametrize("value", [None, "", "0", "two", "4,2"])
+@pytest.mark.parametrize("value", [None, "", "0", "-3", "two", "²"])
 def test_default_without_a_usable_omp_num_threads_is_the_cores_we_may_run_on(monkeypatch,
                                                                              value):
     if value is None:
@@ -54,12 +54,22 @@ def test_set_num_threads_sets_the_pool_and_blas(restored):
     caller = threading.current_thread()
     assert set(_blocks.on_workers(lambda _: threading.current_thread(), [0, 1, 2, 3])) == {caller}
 
-    mt.set_num_threads(2)
-    assert mt.get_num_threads() == 2 and blas_threads() == {2}
-    barrier = threading.Barrier(2, timeout=10)  # only two tasks at once can both pass it
-    ran_on = _blocks.on_workers(lambda _: (barrier.wait(), threading.current_thread())[1],
-                                [0, 1])
-    assert len(set(ran_on)) == 2 and caller not in ran_on
+    for n in (2, 3, 2):  # the pool grows and shrinks with the count
+        mt.set_num_threads(n)
+        assert mt.get_num_threads() == n and blas_threads() == {n}
+        barrier = threading.Barrier(n, timeout=10)  # passed only by n tasks at once
+        ran_on = _blocks.on_workers(lambda _, barrier=barrier: (barrier.wait(),
+                                                                threading.current_thread())[1],
+                                    list(range(n)))
+        assert len(set(ran_on)) == n and caller not in ran_on
+        assert _blocks._pool_workers == n
+
+
+def test_set_num_threads_on_a_worker_thread_is_refused(restored):
+    workers = mt.get_num_threads()
+    with pytest.raises(RuntimeError, match="called from one of minitransformer's worker"):
+        _blocks.on_workers(lambda n: mt.set_num_threads(n), [1, 1])
+    assert mt.get_num_threads() == workers
 
 
 def test_decoding_uses_one_share_a_thread(restored, monkeypatch):

@@ -43,11 +43,15 @@ MAX_DEFAULT_WORKERS = 8           # without OMP_NUM_THREADS, at most this many w
 
 def default_workers() -> int:
     """The number of worker threads when nobody chose one: ``OMP_NUM_THREADS`` when it is a
-    positive integer (as PyTorch and BLAS read it), else the cores this process may run on
-    (its CPU affinity, not every core of the machine), at most ``MAX_DEFAULT_WORKERS``."""
-    value = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if value.isdigit() and int(value) > 0:
-        return int(value)
+    positive integer (its first entry, as OpenMP and PyTorch read "4,2"), else the cores this
+    process may run on (its CPU affinity, not every core of the machine), at most
+    ``MAX_DEFAULT_WORKERS``."""
+    try:
+        requested = int(os.environ.get("OMP_NUM_THREADS", "").split(",")[0])
+    except ValueError:
+        requested = 0
+    if requested > 0:
+        return requested
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # no affinity on macOS and Windows
@@ -55,22 +59,40 @@ def default_workers() -> int:
     return max(1, min(cores, MAX_DEFAULT_WORKERS))
 
 
-WORKERS = default_workers()       # minitransformer.set_num_threads changes it
+WORKERS = default_workers()       # set_threads (minitransformer.set_num_threads) changes it
 _pool: ThreadPoolExecutor | None = None
 _pool_workers = 0                 # the number of threads _pool was made with
+_pool_lock = threading.Lock()
 _blas: ThreadpoolController | None = None
 _thread = threading.local()       # .on_worker: this thread runs a task of the pool
 
 
+def set_threads(n: int) -> None:
+    """``n`` worker threads from now on, and ``n`` threads in BLAS's products."""
+    global WORKERS
+    if getattr(_thread, "on_worker", False):
+        raise RuntimeError("set_num_threads was called from one of minitransformer's worker "
+                           "threads (inside a function run on the pool); call it before the "
+                           "work starts, from the thread that starts it.")
+    WORKERS = n
+    blas_controller().limit(limits=n, user_api="blas")
+
+
 def _executor() -> ThreadPoolExecutor:
-    """The pool of WORKERS threads (a new one when WORKERS changed since the last)."""
+    """The pool of WORKERS threads (a new one when WORKERS changed since the last). An older
+    pool is not shut down: a thread that already holds it may still hand it work, and its
+    idle threads end once nothing refers to it."""
     global _pool, _pool_workers
-    if _pool is None or _pool_workers != WORKERS:
-        if _pool is not None:
-            _pool.shutdown(wait=False)  # tasks already running finish first
-        _pool, _pool_workers = ThreadPoolExecutor(WORKERS, "minitransformer"), WORKERS
-        atexit.register(_pool.shutdown, wait=False)
-    return _pool
+    with _pool_lock:
+        if _pool is None or _pool_workers != WORKERS:
+            _pool, _pool_workers = ThreadPoolExecutor(WORKERS, "minitransformer"), WORKERS
+        return _pool
+
+
+@atexit.register
+def _shutdown() -> None:
+    if _pool is not None:
+        _pool.shutdown(wait=False)
 
 
 def blas_controller() -> ThreadpoolController:
@@ -81,8 +103,10 @@ def blas_controller() -> ThreadpoolController:
     return _blas
 
 
-def _single_threaded_blas():
-    """A context in which BLAS (NumPy's OpenBLAS or MKL) uses one thread."""
+def _single_threaded_blas() -> Any:
+    """A context in which BLAS (NumPy's OpenBLAS or MKL) uses one thread; BLAS's count before
+    it comes back after. (threadpoolctl lets one thread at a time set OpenBLAS's count, so
+    on a second thread that trains or decodes at the same time this changes nothing.)"""
     return blas_controller().limit(limits=1, user_api="blas")
 
 
