@@ -40,11 +40,14 @@ class Adam:
                 what = f"tensor of {p.dtype}" if isinstance(p, Tensor) else type(p).__name__
                 raise TypeError(f"Adam optimises floating-point tensors, got a {what}; pass "
                                 "model.parameters().")
-        if not (_is_number(lr) and _is_number(eps) and isinstance(betas, tuple | list)
-                and len(betas) == 2 and all(map(_is_number, betas))
-                and lr >= 0 and 0 <= betas[0] < 1 and 0 <= betas[1] < 1 and eps > 0):
-            raise ValueError(f"Adam needs a finite lr >= 0, two betas in [0, 1) and a finite "
-                             f"eps > 0; got lr={lr!r}, betas={betas!r}, eps={eps!r}.")
+        if not (_is_number(lr) and lr >= 0):
+            raise ValueError(f"Adam needs a finite learning rate lr >= 0, got lr={lr!r}.")
+        if not (isinstance(betas, tuple | list) and len(betas) == 2
+                and all(_is_number(b) and 0 <= b < 1 for b in betas)):
+            raise ValueError(f"Adam needs two betas in [0, 1), such as (0.9, 0.98), got "
+                             f"betas={betas!r}.")
+        if not (_is_number(eps) and eps > 0):
+            raise ValueError(f"Adam needs a finite eps > 0, such as 1e-9, got eps={eps!r}.")
         self.lr, self.betas, self.eps = lr, betas, eps
         self.step_count = 0
         self.m = [p.xp.zeros_like(p.data) for p in self.params]  # first moments

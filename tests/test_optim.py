@@ -96,12 +96,15 @@ def test_clipping_measures_but_leaves_non_finite_gradients_for_the_caller():
 
 
 @pytest.mark.parametrize("setting, message", [
-    (dict(lr=math.nan), "Adam needs a finite lr >= 0, two betas in [0, 1) and a finite eps > 0; "
-                        "got lr=nan"),
+    (dict(lr=math.nan), "Adam needs a finite learning rate lr >= 0, got lr=nan."),
     (dict(lr=math.inf), "got lr=inf"),
-    (dict(eps=math.nan), "eps=nan"),
-    (dict(betas=(0.9,)), "betas=(0.9,)"),
-    (dict(betas=0.9), "betas=0.9"),
+    (dict(lr=-1e-3), "got lr=-0.001"),
+    (dict(eps=math.nan), "Adam needs a finite eps > 0, such as 1e-9, got eps=nan."),
+    (dict(eps=0.0), "got eps=0.0"),
+    (dict(betas=(0.9,)), "Adam needs two betas in [0, 1), such as (0.9, 0.98), got "
+                         "betas=(0.9,)."),
+    (dict(betas=0.9), "got betas=0.9"),
+    (dict(betas=(0.9, 1.0)), "got betas=(0.9, 1.0)"),
 ])
 def test_adam_refuses_settings_that_would_fill_the_weights_with_nan(setting, message):
     """nan or inf as lr or eps was accepted, and the first step made every weight nan."""

@@ -62,7 +62,7 @@ class Function:
 
     def __call__(self, *inputs: Any) -> Any:
         tensors = (inputs if all(isinstance(x, Tensor) for x in inputs)
-                   else _as_tensors(inputs, self.name))
+                   else _as_tensors(inputs, self))
         arrays = [t.data for t in tensors]
         _check_float_dtypes(self, arrays)
         outputs = self.forward(*arrays)
@@ -141,7 +141,7 @@ def _check_float_dtypes(function: Function, arrays: list) -> None:
                                 "with .astype(...) so that all have the same float dtype.")
 
 
-def _as_tensors(inputs: tuple, name: str) -> list[Tensor]:
+def _as_tensors(inputs: tuple, function: Function) -> list[Tensor]:
     """Wrap non-Tensor inputs. Arrays keep their dtype (token ids stay integers), except
     0-d float arrays; those and Python numbers take the dtype of the first floating Tensor
     input, so ``x * 2`` and ``x * numpy.float64(2)`` stay float32. Arrays move to the device
@@ -162,7 +162,7 @@ def _as_tensors(inputs: tuple, name: str) -> list[Tensor]:
             tensors.append(Tensor(array))
         else:  # a Python number
             if x is None or isinstance(x, str | bytes):  # None would become nan, silently
-                raise TypeError(f"{name}: an input is {x!r}, not a number, an array or a "
+                raise TypeError(f"{function.name}: an input is {x!r}, not a number, an array or a "
                                 "Tensor; check the value passed (None is often a missing "
                                 "return value).")
             xp = reference.xp if reference is not None else backend.get_backend().xp

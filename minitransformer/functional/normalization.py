@@ -34,9 +34,8 @@ from ._reduce import sum_last, sum_rows
 
 class LayerNorm(Function):
     def __init__(self, eps: float = 1e-6):
-        if not (isinstance(eps, numbers.Real) and 0 < eps < math.inf):
-            raise ValueError(f"layer_norm: eps must be a number > 0 (it keeps 1/√(σ² + eps) "
-                             f"finite for a constant row), got {eps!r}.")
+        if type(eps) is not float or not 0 < eps < math.inf:  # the usual float: one test
+            check_eps("layer_norm", eps)
         self.eps = float(eps)
 
     def forward(self, x, gain, bias):
@@ -127,3 +126,11 @@ def layer_norm(x, gain, bias, eps=1e-6):
     """gain ∘ (x - mean) / √(var + eps) + bias over the last axis: x (..., C), gain and bias
     (C,) -> (..., C)."""
     return LayerNorm(eps)(x, gain, bias)
+
+
+def check_eps(owner: str, eps: float) -> None:
+    """Refuse an eps that is not a number > 0: with eps <= 0 or nan a constant row gives nan."""
+    if isinstance(eps, bool) or not (isinstance(eps, numbers.Real) and 0 < eps < math.inf):
+        raise ValueError(f"{owner}: eps must be a number > 0 (it keeps 1/√(σ² + eps) finite "
+                         f"for a constant row), got {eps!r}.")
+

@@ -38,10 +38,15 @@ class TransformerConfig:
     learned_positions: bool = False  # sinusoidal as the paper; learned (Table 3, row E)
 
     def __post_init__(self) -> None:
-        for name in ("src_vocab_size", "tgt_vocab_size", "n_layers", "d_model", "d_ff",
-                     "n_heads", "max_len"):
+        sizes = ("src_vocab_size", "tgt_vocab_size", "n_layers", "d_model", "d_ff", "n_heads",
+                 "max_len")
+        for name in (*sizes, "pad_id"):  # NumPy integers become ints: the config is JSON
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
+            if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+                object.__setattr__(self, name, int(value))
+        for name in sizes:
+            value = getattr(self, name)
+            if type(value) is not int or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}.")
         if self.d_model % self.n_heads != 0:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads "
@@ -53,7 +58,7 @@ class TransformerConfig:
             raise ValueError(f"share_embeddings needs one vocabulary, but the source has "
                              f"{self.src_vocab_size} entries and the target "
                              f"{self.tgt_vocab_size}; set share_embeddings=False.")
-        if not (isinstance(self.pad_id, int) and not isinstance(self.pad_id, bool)
+        if not (type(self.pad_id) is int
                 and 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size)):
             raise ValueError(f"pad_id must be a token id of the vocabulary, an int from 0 to "
                              f"{min(self.src_vocab_size, self.tgt_vocab_size) - 1}, got "

@@ -11,13 +11,12 @@ Each is a Module owning its parameters and calling one fused Function of
 
 from __future__ import annotations
 
-import math
-import numbers
 import operator
 from typing import Any
 
 from .. import functional as F
 from ..functional.dropout import check_dropout_p
+from ..functional.normalization import check_eps
 from . import init
 from .module import Module, Parameter
 
@@ -76,8 +75,7 @@ class LayerNorm(Module):
     def __init__(self, d_model: int, eps: float = 1e-6):
         super().__init__()
         check_sizes("LayerNorm", d_model=d_model)
-        if not (isinstance(eps, numbers.Real) and 0 < eps < math.inf):  # eps <= 0 gives nan
-            raise ValueError(f"LayerNorm: eps must be a number > 0, got {eps!r}.")
+        check_eps("LayerNorm", eps)
         self.d_model, self.eps = d_model, eps
         self.gain = Parameter(init.constant((d_model,), 1.0))
         self.bias = Parameter(init.constant((d_model,), 0.0))

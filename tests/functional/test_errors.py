@@ -228,7 +228,7 @@ def test_attention_with_a_non_boolean_mask_says_the_mask_must_be_boolean(device)
             F.scaled_dot_product_attention(q, q, q, mask)
 
 
-@pytest.mark.parametrize("eps", [0, -1e-5, float("nan")])
+@pytest.mark.parametrize("eps", [0, -1e-5, float("nan"), True])
 def test_layer_norm_with_an_eps_that_gives_nan_is_refused(device, eps):
     with pytest.raises(ValueError, match=re.escape(f"layer_norm: eps must be a number > 0 (it "
                                                    f"keeps 1/√(σ² + eps) finite for a constant "

@@ -446,7 +446,9 @@ def test_d_model_not_divisible_by_heads_is_refused():
     (lambda: Linear(3, 2.5), "Linear: out_features must be a positive integer, got 2.5"),
     (lambda: Embedding(5, -3), "Embedding: embedding_dim must be a positive integer, got -3"),
     (lambda: LayerNorm(-1), "LayerNorm: d_model must be a positive integer, got -1"),
-    (lambda: LayerNorm(8, eps=-1e-6), "LayerNorm: eps must be a number > 0, got -1e-06"),
+    (lambda: LayerNorm(8, eps=-1e-6), "LayerNorm: eps must be a number > 0 (it keeps "
+                                      "1/√(σ² + eps) finite for a constant row), got -1e-06"),
+    (lambda: LayerNorm(8, eps=True), "LayerNorm: eps must be a number > 0"),
     (lambda: Dropout("a"), "dropout: p must satisfy 0 <= p < 1 (the probability of zeroing an "
                            "entry), got p='a'"),
     (lambda: Dropout(1.0), "got p=1.0"),
@@ -543,9 +545,16 @@ def test_shared_embeddings_need_one_vocabulary():
     TransformerConfig.named("tiny", 100, tgt_vocab_size=120, share_embeddings=False)
 
 
-def test_a_numpy_dropout_rate_is_kept_as_a_python_float():
-    """The configuration goes into every checkpoint as JSON, which takes no NumPy float32."""
-    config = TransformerConfig(10, 10, d_model=8, n_heads=2, d_ff=16,
-                               p_dropout=np.float32(0.25))
+def test_numpy_numbers_are_kept_as_python_numbers():
+    """The configuration goes into every checkpoint as JSON, which takes no NumPy scalars."""
+    config = TransformerConfig(np.int64(10), 10, d_model=np.int32(8), n_heads=2, d_ff=16,
+                               p_dropout=np.float32(0.25), pad_id=np.int64(1))
     assert type(config.p_dropout) is float and config.p_dropout == 0.25
-    assert json.loads(json.dumps(config.to_dict()))["p_dropout"] == 0.25
+    assert type(config.d_model) is type(config.pad_id) is type(config.src_vocab_size) is int
+    assert json.loads(json.dumps(config.to_dict()))["pad_id"] == 1
+
+
+@pytest.mark.parametrize("field", ["d_model", "n_layers", "pad_id"])
+def test_a_boolean_is_not_a_size_or_an_id(field):
+    with pytest.raises(ValueError, match=f"{field} must be .*, got True"):
+        TransformerConfig(10, 10, **{"d_model": 8, "n_heads": 2, "d_ff": 16, field: True})
