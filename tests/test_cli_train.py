@@ -80,6 +80,34 @@ def test_translate_from_arguments_a_file_and_stdin(trained_run, capsys, monkeypa
     assert len(capsys.readouterr().out.splitlines()) == 2
 
 
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_an_output_that_may_not_be_written_is_refused_before_translating(
+        trained_run, capsys, monkeypatch, tmp_path, command):
+    corpus, run = trained_run
+    monkeypatch.setattr("os.access", lambda path, mode: False)  # as a read-only folder
+    checkpoint = str(run / "checkpoints" / "averaged.npz")
+    inputs = (["ka lo"] if command == "translate"
+              else ["--src", str(corpus / "test.xx"), "--ref", str(corpus / "test.yy")])
+    assert cli.main([command, "--checkpoint", checkpoint, *inputs,
+                     "--output", str(tmp_path / "out.txt")]) == 2
+    assert "its folder may not be written (permission denied); write elsewhere" in \
+        capsys.readouterr().err
+
+
+def test_translations_that_cannot_be_written_go_to_standard_output(trained_run, capsys,
+                                                                  monkeypatch, tmp_path):
+    _, run = trained_run
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr("pathlib.Path.write_text", full_disk)
+    assert cli.main(["translate", "--checkpoint", str(run / "checkpoints" / "averaged.npz"),
+                     "ka lo", "nu pe", "--output", str(tmp_path / "out.txt")]) == 1
+    captured = capsys.readouterr()
+    assert "could not write --output" in captured.err and "No space left" in captured.err
+    assert len(captured.out.splitlines()) == 2
+
+
 def test_evaluate_prints_bleu_and_chrf_with_signatures(trained_run, capsys):
     corpus, run = trained_run
     checkpoint = str(run / "checkpoints" / "best.npz")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -127,9 +128,16 @@ def run_translate(args: argparse.Namespace) -> int:
     outputs = translate(model, tokenizer, sentences, args.beam, args.length_penalty)
     text = "".join(line + "\n" for line in outputs)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+            return 0
+        except OSError as exc:  # a full disk: the translations go to standard output instead
+            print(f"minitransformer translate: could not write --output {args.output} "
+                  f"({exc.strerror or exc}); the translations follow on standard output.",
+                  file=sys.stderr)
+            sys.stdout.write(text)
+            return 1
+    sys.stdout.write(text)
     return 0
 
 
@@ -210,6 +218,10 @@ def _check_output(output: str | None) -> None:
     if not path.parent.is_dir():
         raise DataError(f"--output {path}: the folder {path.parent} does not exist; create it "
                         "or write elsewhere.")
+    where = path if path.exists() else path.parent
+    if not os.access(where, os.W_OK):
+        raise DataError(f"--output {path}: {'the file' if where == path else 'its folder'} "
+                        "may not be written (permission denied); write elsewhere.")
 
 
 def score(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], beam: int,
