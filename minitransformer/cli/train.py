@@ -215,4 +215,3 @@ def _where() -> str:
         return device
     n = threads.get_num_threads()
     return f"cpu, {n} thread{'s' if n > 1 else ''}"
-

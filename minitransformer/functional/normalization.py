@@ -133,4 +133,3 @@ def check_eps(owner: str, eps: float) -> None:
     if isinstance(eps, bool) or not (isinstance(eps, numbers.Real) and 0 < eps < math.inf):
         raise ValueError(f"{owner}: eps must be a number > 0 (it keeps 1/√(σ² + eps) finite "
                          f"for a constant row), got {eps!r}.")
-
