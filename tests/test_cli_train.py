@@ -108,6 +108,24 @@ def test_translations_that_cannot_be_written_go_to_standard_output(trained_run, 
     assert len(captured.out.splitlines()) == 2
 
 
+def test_translations_do_not_depend_on_the_batch_size(trained_run, monkeypatch):
+    from minitransformer.cli.translate import load_translator
+    from minitransformer.translator import default_batch_size, translate
+
+    corpus, run = trained_run
+    model, tokenizer = load_translator(run / "checkpoints" / "averaged.npz")
+    model.to(dtype="float64")  # no last-bit differences between products of other row counts
+    sentences = (corpus / "test.xx").read_text().splitlines() * 4          # 20 sentences
+    monkeypatch.setattr(_blocks, "WORKERS", 2)
+    assert default_batch_size(model) == 256
+    for beam in (1, 3):
+        every = [translate(model, tokenizer, sentences, beam, batch_size=size)
+                 for size in (1, 7, None)]
+        assert every[0] == every[1] == every[2]
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        translate(model, tokenizer, sentences, batch_size=0)
+
+
 def test_evaluate_prints_bleu_and_chrf_with_signatures(trained_run, capsys):
     corpus, run = trained_run
     checkpoint = str(run / "checkpoints" / "best.npz")
@@ -304,6 +322,8 @@ def test_an_output_that_cannot_be_written_is_refused_before_translating(trained_
 
 
 @pytest.mark.parametrize("argv, message", [
+    (["translate", "--checkpoint", "c.npz", "--batch-size", "0", "ka"],
+     "argument --batch-size: must be a whole number of at least 1"),
     (["train", "--lr-scale", "-1"], "argument --lr-scale: must be greater than 0"),
     (["train", "--clip-norm", "0"], "argument --clip-norm: must be greater than 0"),
     (["train", "--dropout", "1.5"], "argument --dropout: must satisfy 0 <= value < 1"),

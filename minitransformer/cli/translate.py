@@ -49,6 +49,9 @@ def _checkpoint_options(p: argparse.ArgumentParser) -> None:
                    help="beam size; 1 for greedy decoding (default 4)")
     p.add_argument("--length-penalty", type=finite_float, default=0.6,
                    help="α of the length penalty ((5 + length) / 6)^α (default 0.6)")
+    p.add_argument("--batch-size", type=at_least(1), default=None,
+                   help="sentences decoded at once (default: 128 for each CPU thread, 256 on "
+                        "the GPU); the translations do not depend on it")
     p.add_argument("--device", choices=["cpu", "cuda"],
                    help="default: $MINITRANSFORMER_DEVICE, else cpu")
 
@@ -125,7 +128,8 @@ def run_translate(args: argparse.Namespace) -> int:
     except (CheckpointError, DataError) as exc:
         print(f"minitransformer translate: {exc}", file=sys.stderr)
         return 2
-    outputs = translate(model, tokenizer, sentences, args.beam, args.length_penalty)
+    outputs = translate(model, tokenizer, sentences, args.beam, args.length_penalty,
+                        args.batch_size)
     text = "".join(line + "\n" for line in outputs)
     if args.output:
         try:
@@ -166,7 +170,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     except (CheckpointError, DataError) as exc:
         print(f"minitransformer evaluate: {exc}", file=sys.stderr)
         return 2
-    result = score(model, tokenizer, pairs, args.beam, args.length_penalty, args.output)
+    result = score(model, tokenizer, pairs, args.beam, args.length_penalty, args.output,
+                   args.batch_size)
     if args.json:
         print(json.dumps(result, indent=1))
     else:
@@ -225,12 +230,14 @@ def _check_output(output: str | None) -> None:
 
 
 def score(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], beam: int,
-          length_penalty: float = 0.6, output: str | Path | None = None) -> dict[str, Any]:
+          length_penalty: float = 0.6, output: str | Path | None = None,
+          batch_size: int | None = None) -> dict[str, Any]:
     """Translate the sources of ``pairs`` and score them against the targets."""
     from ..evaluate import evaluate_translations
     from ..translator import translate
 
-    hypotheses = translate(model, tokenizer, [s for s, _ in pairs], beam, length_penalty)
+    hypotheses = translate(model, tokenizer, [s for s, _ in pairs], beam, length_penalty,
+                           batch_size)
     if output:
         Path(output).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     result = evaluate_translations(hypotheses, [t for _, t in pairs])
