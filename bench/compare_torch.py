@@ -20,7 +20,8 @@ One run measures, in order:
 5. Decoding: greedy and beam search, with and without the key/value cache, the same
    algorithm on both sides (torch_model.py ports minitransformer/decode.py), each case
    --decode-repeats times per side, alternating run by run (--decode-alternation batch: batch
-   by batch), and a forced length (an EOS id that no step can produce) to see what the cache
+   by batch), in batches of the size minitransformer's translate takes (128 sentences per
+   CPU thread; --decode-batch for another, the same for both), and a forced length (an EOS id that no step can produce) to see what the cache
    saves at 50 tokens.
 
 Writes every raw timing as JSON (--output) and the tables as Markdown (--markdown). NumPy's
@@ -69,6 +70,7 @@ from minitransformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from minitransformer.decode import beam_search, greedy_decode
 from minitransformer.nn import Transformer, TransformerConfig
 from minitransformer.optim import Adam
+from minitransformer.translator import default_batch_size
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parents[1] / "shared" / "data" / "multi30k"
@@ -410,6 +412,8 @@ def decoding_inputs(args) -> tuple:
                    for n in rng.integers(8, 21, size=args.sentences)]
         what = f"random-weight small model, {len(sources)} random sources of 8-20 ids"
     sources.sort(key=len)  # as minitransformer.translator: little padding per batch
+    if args.decode_batch is None:  # what minitransformer's translate would take here
+        args.decode_batch = default_batch_size(model)
     batches = []
     for start in range(0, len(sources), args.decode_batch):
         chunk = sources[start:start + args.decode_batch]
@@ -593,7 +597,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of both")
     parser.add_argument("--memory-lengths", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--sentences", type=int, default=500)
-    parser.add_argument("--decode-batch", type=int, default=100)
+    parser.add_argument("--decode-batch", type=int, default=None,
+                        help="sentences per decoding batch, the same for both (default: what "
+                             "minitransformer's translate takes, 128 per CPU thread, so 256 "
+                             "with 2 threads; earlier runs used 100)")
     parser.add_argument("--decode-repeats", type=int, default=6,
                         help="runs of each decoding case per implementation (even: each "
                              "batch is decoded first by either as often)")
