@@ -21,8 +21,8 @@ One run measures, in order:
    algorithm on both sides (torch_model.py ports minitransformer/decode.py), each case
    --decode-repeats times per side, alternating run by run (--decode-alternation batch: batch
    by batch), in batches of the size minitransformer's translate takes (128 sentences per
-   CPU thread; --decode-batch for another, the same for both), and a forced length (an EOS id that no step can produce) to see what the cache
-   saves at 50 tokens.
+   CPU thread, at most 256; --decode-batch for another, the same for both), and a forced
+   length (an EOS id that no step can produce) to see what the cache saves at 50 tokens.
 
 Writes every raw timing as JSON (--output) and the tables as Markdown (--markdown). NumPy's
 BLAS reads its thread count only when it loads, so the script runs itself again with
