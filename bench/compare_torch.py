@@ -599,8 +599,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--sentences", type=int, default=500)
     parser.add_argument("--decode-batch", type=int, default=None,
                         help="sentences per decoding batch, the same for both (default: what "
-                             "minitransformer's translate takes, 128 per CPU thread, so 256 "
-                             "with 2 threads; earlier runs used 100)")
+                             "minitransformer's translate takes, 128 per CPU thread up to "
+                             "256, so 256 with 2 threads; earlier runs used 100)")
     parser.add_argument("--decode-repeats", type=int, default=6,
                         help="runs of each decoding case per implementation (even: each "
                              "batch is decoded first by either as often)")

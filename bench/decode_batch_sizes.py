@@ -1,6 +1,6 @@
 """Beam-4 decoding beside PyTorch at several batch sizes, in one session.
 
-    python bench/decode_batch_sizes.py             # about four minutes on 2 cores
+    python bench/decode_batch_sizes.py             # about six minutes on 2 cores
 
 compare_torch.py decodes the 500 test sentences in batches of the size minitransformer's
 translate takes (128 sentences per CPU thread: 256 on 2 cores); earlier runs used 100. This
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=500)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[50, 100, 250, 500])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[50, 100, 128, 200, 250, 256, 500])
     parser.add_argument("--repeats", type=int, default=4, help="rounds (even: each order "
                         "as often)")
     parser.add_argument("--data", default=str(SHARED), help="the Multi30k folder")

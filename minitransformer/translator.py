@@ -4,12 +4,15 @@ Used by training (validation BLEU), ``minitransformer translate`` and ``evaluate
 translate to empty lines; characters the tokenizer has never seen become its unknown token
 rather than an error; sources longer than the model's positional table are cut to fit.
 
-Batches hold SENTENCES_PER_THREAD sentences for each CPU thread: decoding splits a batch into
-one share per thread (decode.py), and a step costs a few milliseconds of fixed work per share
-whatever its size, so a share of about 128 sentences spreads that cost over enough of them.
-With 2 threads, batches of 256 decoded 1,000 Multi30k test sentences 1.25× (beam 4) and 1.63×
-(greedy) as fast as batches of 64, and batches of 512 no faster than 256; on one thread 128
-was the best size (bench/translate_batch.py, on a 2-core AMD EPYC).
+Batches hold SENTENCES_PER_THREAD sentences for each CPU thread, at most MAX_CPU_BATCH:
+decoding splits a batch into one share per thread (decode.py), and a step costs a few
+milliseconds of fixed work per share whatever its size, so a share of about 128 sentences
+spreads that cost over enough of them. With 2 threads, batches of 256 decoded 1,000 Multi30k
+test sentences 1.25× (beam 4) and 1.63× (greedy) as fast as batches of 64, and batches of 512
+no faster than 256; on one thread 128 was the best size for beam search, 128 and 256 even for
+greedy decoding (bench/translate_batch.py, on a 2-core AMD EPYC). The cap keeps the memory of
+a batch bounded on many cores: a beam-4 step of 256 sentences holds (1024, V) logits (150 MB
+at V = 37,000) and, for the `base` model, self-attention caches of 25 MB per output token.
 """
 
 from __future__ import annotations
@@ -21,17 +24,18 @@ from . import backend
 from .decode import _is_index, beam_search, greedy_decode
 from .threads import get_num_threads
 
-SENTENCES_PER_THREAD = 128  # a batch on the CPU: this many for each worker thread
+SENTENCES_PER_THREAD = 128  # a batch on the CPU: this many for each worker thread,
+MAX_CPU_BATCH = 256         # but no more than this many
 GPU_BATCH = 256             # a batch on the GPU
 
 
 def default_batch_size(model: Any) -> int:
-    """Sentences per batch when none is given: SENTENCES_PER_THREAD for each CPU thread, or
-    GPU_BATCH when the model is on the GPU."""
+    """Sentences per batch when none is given: SENTENCES_PER_THREAD for each CPU thread, at
+    most MAX_CPU_BATCH, or GPU_BATCH when the model is on the GPU."""
     device = backend.device_of(next(iter(model.parameters())).data)
     if device != "cpu":
         return GPU_BATCH
-    return SENTENCES_PER_THREAD * get_num_threads()
+    return min(SENTENCES_PER_THREAD * get_num_threads(), MAX_CPU_BATCH)
 
 
 def translate(model: Any, tokenizer: Any, sentences: list[str], beam_size: int = 1,

@@ -116,8 +116,9 @@ def test_translations_do_not_depend_on_the_batch_size(trained_run, monkeypatch):
     model, tokenizer = load_translator(run / "checkpoints" / "averaged.npz")
     model.to(dtype="float64")  # no last-bit differences between products of other row counts
     sentences = (corpus / "test.xx").read_text().splitlines() * 4          # 20 sentences
-    monkeypatch.setattr(_blocks, "WORKERS", 2)
-    assert default_batch_size(model) == 256
+    for threads, size in ((1, 128), (2, 256), (8, 256)):  # 128 a thread, at most 256
+        monkeypatch.setattr(_blocks, "WORKERS", threads)
+        assert default_batch_size(model) == size
     for beam in (1, 3):
         every = [translate(model, tokenizer, sentences, beam, batch_size=size)
                  for size in (1, 7, None)]

@@ -50,8 +50,8 @@ def _checkpoint_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--length-penalty", type=finite_float, default=0.6,
                    help="α of the length penalty ((5 + length) / 6)^α (default 0.6)")
     p.add_argument("--batch-size", type=at_least(1), default=None,
-                   help="sentences decoded at once (default: 128 for each CPU thread, 256 on "
-                        "the GPU); the translations do not depend on it")
+                   help="sentences decoded at once (default: 128 for each CPU thread, at "
+                        "most 256; 256 on the GPU); the translations do not depend on it")
     p.add_argument("--device", choices=["cpu", "cuda"],
                    help="default: $MINITRANSFORMER_DEVICE, else cpu")
 
