@@ -30,18 +30,16 @@ from compare_torch import (
     decode_alternating,
     decoding_inputs,
     machine_info,
+    model_pair,
     pin_threads,
 )
-from torch_model import TorchTransformer, copy_weights
 
 HERE = Path(__file__).resolve().parent
 
 
 def measure(args) -> dict:
     ours, batches, what = decoding_inputs(args)
-    theirs = TorchTransformer(ours.config).to(args.device)
-    copy_weights(theirs, ours)
-    models = {"minitransformer": ours, "torch": theirs}
+    models = model_pair(ours, args.device)
     for impl in IMPLS:  # warm-up, as compare_torch.py
         decode_all(impl, models[impl], batches[:1], "beam", True, args)
     print(f"  {what}, batches of {args.decode_batch}", flush=True)

@@ -390,7 +390,23 @@ def measure_memory(name: str, config: TransformerConfig, args) -> list[dict]:
 # ----------------------------------------------------------------------------- 5. decoding
 
 def decoding_inputs(args) -> tuple:
-    """(minitransformer model, padded source batches sorted by length, description).
+    """(minitransformer model, padded source batches sorted by length, description), in
+    batches of --decode-batch sentences (default: what minitransformer's translate takes)."""
+    model, sources, what = decoding_sources(args)
+    if args.decode_batch is None:  # what minitransformer's translate would take here
+        args.decode_batch = default_batch_size(model)
+    return model, padded_batches(sources, args.decode_batch), what
+
+
+def model_pair(ours, device: str) -> dict:
+    """{"minitransformer": ours, "torch": the same architecture in PyTorch, same weights}."""
+    theirs = TorchTransformer(ours.config).to(device)
+    copy_weights(theirs, ours)
+    return {"minitransformer": ours, "torch": theirs}
+
+
+def decoding_sources(args) -> tuple:
+    """(minitransformer model, source id lists sorted by length, description).
 
     The trained model of --checkpoint and the first --sentences of test_2016_flickr when the
     checkpoint and Multi30k are there, else a random small model on random ids of 8-20 tokens."""
@@ -412,14 +428,17 @@ def decoding_inputs(args) -> tuple:
                    for n in rng.integers(8, 21, size=args.sentences)]
         what = f"random-weight small model, {len(sources)} random sources of 8-20 ids"
     sources.sort(key=len)  # as minitransformer.translator: little padding per batch
-    if args.decode_batch is None:  # what minitransformer's translate would take here
-        args.decode_batch = default_batch_size(model)
+    return model, sources, what
+
+
+def padded_batches(sources: list, size: int) -> list:
+    """The sources in batches of ``size``, each padded to its longest."""
     batches = []
-    for start in range(0, len(sources), args.decode_batch):
-        chunk = sources[start:start + args.decode_batch]
+    for start in range(0, len(sources), size):
+        chunk = sources[start:start + size]
         width = max(len(ids) for ids in chunk)
         batches.append(np.array([ids + [PAD_ID] * (width - len(ids)) for ids in chunk]))
-    return model, batches, what
+    return batches
 
 
 def decode_batch(impl: str, model, src, algorithm: str, use_cache: bool, args,
@@ -468,9 +487,7 @@ def decode_alternating(models: dict, batches: list, algorithm: str, use_cache: b
 
 def time_decoding(args) -> dict:
     ours, batches, what = decoding_inputs(args)
-    theirs = TorchTransformer(ours.config).to(args.device)
-    copy_weights(theirs, ours)
-    models = {"minitransformer": ours, "torch": theirs}
+    models = model_pair(ours, args.device)
     n = sum(len(b) for b in batches)
     print(f"  {what}, batches of {args.decode_batch}", flush=True)
     for impl in IMPLS:  # warm-up on the first batch: a library's first call at a new size

@@ -25,23 +25,20 @@ from compare_torch import (
     IMPLS,
     SHARED,
     decode_all,
-    decoding_inputs,
+    decoding_sources,
     machine_info,
+    model_pair,
+    padded_batches,
     pin_threads,
 )
-from torch_model import TorchTransformer, copy_weights
 
 HERE = Path(__file__).resolve().parent
 
 
 def measure(args) -> dict:
-    batches, what = {}, ""
-    for size in args.sizes:
-        args.decode_batch = size
-        ours, batches[size], what = decoding_inputs(args)
-    theirs = TorchTransformer(ours.config)
-    copy_weights(theirs, ours)
-    models = {"minitransformer": ours, "torch": theirs}
+    ours, sources, what = decoding_sources(args)
+    batches = {size: padded_batches(sources, size) for size in args.sizes}
+    models = model_pair(ours, "cpu")
     for impl in IMPLS:  # warm-up, as compare_torch.py
         decode_all(impl, models[impl], batches[args.sizes[0]][:1], "beam", True, args)
     print(f"  {what}", flush=True)

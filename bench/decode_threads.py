@@ -45,10 +45,10 @@ from compare_torch import (
     decode_all,
     decoding_inputs,
     machine_info,
+    model_pair,
     pin_threads,
 )
 from threadpoolctl import threadpool_limits
-from torch_model import TorchTransformer, copy_weights
 
 import minitransformer as mt
 
@@ -74,9 +74,7 @@ def one_core(enabled: bool):
 
 def time_decoding(args) -> list[dict]:
     ours, batches, what = decoding_inputs(args)
-    theirs = TorchTransformer(ours.config)
-    copy_weights(theirs, ours)
-    models = {"minitransformer": ours, "torch": theirs}
+    models = model_pair(ours, "cpu")
     n = sum(len(b) for b in batches)
     print(f"beam-4 decoding: {what}, batches of {args.decode_batch}", flush=True)
     for impl, model in models.items():  # warm-up
