@@ -13,8 +13,8 @@ import numpy as np
 import minitransformer as mt
 from minitransformer import Function
 from minitransformer.backend import get_array_module
-from minitransformer.gradcheck import check_function
-from minitransformer.gradcheck_cases import CASES, run_case
+from minitransformer.verify import check_function
+from minitransformer.verify.function_cases import CASES, run_case
 
 rng = np.random.default_rng(0)
 np.set_printoptions(precision=3, suppress=True)

@@ -21,8 +21,8 @@ import numpy as np
 
 import minitransformer as mt
 from minitransformer import functional as F
-from minitransformer.gradcheck import check_function, check_module
 from minitransformer.nn import PositionwiseFeedForward
+from minitransformer.verify import check_function, check_module
 
 mt.manual_seed(0)
 rng = np.random.default_rng(0)

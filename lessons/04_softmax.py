@@ -13,7 +13,7 @@ import numpy as np
 
 import minitransformer as mt
 from minitransformer import functional as F
-from minitransformer.gradcheck import check_function
+from minitransformer.verify import check_function
 
 rng = np.random.default_rng(0)
 np.set_printoptions(precision=4, suppress=True)

@@ -23,7 +23,7 @@ import numpy as np
 
 import minitransformer as mt
 from minitransformer import functional as F
-from minitransformer.gradcheck import check_function
+from minitransformer.verify import check_function
 
 FAST = os.environ.get("MINITRANSFORMER_FAST") == "1"  # the tests run every lesson quickly
 FIGURES = Path("figures")

@@ -24,8 +24,8 @@ import time
 import numpy as np
 
 import minitransformer as mt
-from minitransformer.gradcheck import check_module
 from minitransformer.nn import MultiHeadAttention
+from minitransformer.verify import check_module
 
 FAST = os.environ.get("MINITRANSFORMER_FAST") == "1"
 mt.manual_seed(0)

@@ -18,8 +18,8 @@ import numpy as np
 
 import minitransformer as mt
 from minitransformer import functional as F
-from minitransformer.gradcheck import check_function
 from minitransformer.nn import Encoder
+from minitransformer.verify import check_function
 
 FAST = os.environ.get("MINITRANSFORMER_FAST") == "1"
 FIGURES = Path("figures")

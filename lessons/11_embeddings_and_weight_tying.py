@@ -16,8 +16,8 @@ import numpy as np
 
 import minitransformer as mt
 from minitransformer import functional as F
-from minitransformer.gradcheck import check_function
 from minitransformer.nn import Transformer, TransformerConfig, sinusoidal_table
+from minitransformer.verify import check_function
 
 mt.manual_seed(0)
 rng = np.random.default_rng(0)

@@ -17,8 +17,8 @@ import numpy as np
 
 import minitransformer as mt
 from minitransformer import functional as F
-from minitransformer.gradcheck import check_function
 from minitransformer.optim import Adam
+from minitransformer.verify import check_function
 
 FAST = os.environ.get("MINITRANSFORMER_FAST") == "1"
 rng = np.random.default_rng(0)

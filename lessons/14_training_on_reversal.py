@@ -18,9 +18,9 @@ import numpy as np
 import minitransformer as mt
 from minitransformer import functional as F
 from minitransformer import viz
-from minitransformer.decode import greedy_decode
 from minitransformer.nn import Transformer, TransformerConfig
 from minitransformer.optim import Adam
+from minitransformer.translation.decode import greedy_decode
 
 FAST = os.environ.get("MINITRANSFORMER_FAST") == "1"
 FIGURES = Path("figures")

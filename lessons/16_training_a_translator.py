@@ -16,10 +16,10 @@ from pathlib import Path
 
 import minitransformer as mt
 from minitransformer import viz
-from minitransformer.corpus import load_corpus, prepare
 from minitransformer.nn import Transformer, TransformerConfig
-from minitransformer.train import TrainConfig, Trainer
-from minitransformer.translator import translate
+from minitransformer.translation.corpus import load_corpus, prepare
+from minitransformer.translation.training import TrainConfig, Trainer
+from minitransformer.translation.translator import translate
 
 FAST = os.environ.get("MINITRANSFORMER_FAST") == "1"
 FIGURES = Path("figures")

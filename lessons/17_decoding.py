@@ -17,9 +17,9 @@ import numpy as np
 
 import minitransformer as mt
 from minitransformer import functional as F
-from minitransformer.decode import beam_search, gnmt_length_penalty, greedy_decode
 from minitransformer.nn import Transformer, TransformerConfig
 from minitransformer.optim import Adam
+from minitransformer.translation.decode import beam_search, gnmt_length_penalty, greedy_decode
 
 FAST = os.environ.get("MINITRANSFORMER_FAST") == "1"
 mt.manual_seed(0)

@@ -13,7 +13,7 @@
 import sacrebleu
 
 from minitransformer.data.tokenizer import Tokenizer
-from minitransformer.evaluate import corpus_bleu, corpus_chrf, evaluate_translations
+from minitransformer.translation.scoring import corpus_bleu, corpus_chrf, evaluate_translations
 
 hypotheses = ["A man in a blue shirt is standing on a ladder.",
               "two dogs play in the snow.",

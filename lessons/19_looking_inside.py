@@ -20,12 +20,12 @@ import numpy as np
 
 import minitransformer as mt
 from minitransformer import viz
-from minitransformer.checkpoint import load_checkpoint, restore_model
-from minitransformer.corpus import load_corpus, prepare
 from minitransformer.data.tokenizer import Tokenizer
 from minitransformer.nn import Transformer, TransformerConfig
-from minitransformer.train import TrainConfig, Trainer
-from minitransformer.translator import translate
+from minitransformer.translation.checkpoint import load_checkpoint, restore_model
+from minitransformer.translation.corpus import load_corpus, prepare
+from minitransformer.translation.training import TrainConfig, Trainer
+from minitransformer.translation.translator import translate
 
 FAST = os.environ.get("MINITRANSFORMER_FAST") == "1"
 FIGURES = Path("figures")

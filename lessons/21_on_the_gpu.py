@@ -16,9 +16,9 @@ import numpy as np
 import minitransformer as mt
 from minitransformer import backend
 from minitransformer import functional as F
-from minitransformer.gradcheck_cases import CASES, run_case
 from minitransformer.nn import Transformer, TransformerConfig
 from minitransformer.optim import Adam
+from minitransformer.verify.function_cases import CASES, run_case
 
 try:
     mt.use("cuda")

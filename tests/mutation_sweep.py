@@ -43,7 +43,7 @@ INDEXING = "minitransformer/functional/indexing.py"
 BLOCKS = "minitransformer/functional/_blocks.py"
 OPTIM = "minitransformer/optim.py"
 
-GRADIENT_TESTS = ["tests/functional", "tests/test_gradcheck.py",
+GRADIENT_TESTS = ["tests/functional", "tests/verify/test_checker.py",
                   "tests/nn/test_module_gradients.py", "tests/autograd",
                   "tests/test_step_dtypes.py"]
 OPTIMIZER_TESTS = ["tests/test_optim.py", "tests/test_step_dtypes.py"]

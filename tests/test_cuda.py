@@ -5,7 +5,7 @@ import pytest
 from conftest import CUDA
 
 import minitransformer as mt
-from minitransformer.gradcheck_cases import CASES, run_case
+from minitransformer.verify.function_cases import CASES, run_case
 
 pytestmark = pytest.mark.skipif(not CUDA, reason="needs CuPy and a GPU")
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import minitransformer as mt
-from minitransformer import decode
 from minitransformer.functional import _blocks
 from minitransformer.nn.config import TransformerConfig
 from minitransformer.nn.transformer import Transformer
+from minitransformer.translation import decode
 
 
 def blas_threads() -> set[int]:

@@ -30,7 +30,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..exercises import EXERCISES, check_exercise
+    from ..course.grading import EXERCISES, check_exercise
 
     if args.list:
         for exercise in EXERCISES.values():

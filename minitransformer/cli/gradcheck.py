@@ -33,7 +33,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..gradcheck_modules import full_suite
+    from ..verify.module_cases import full_suite
 
     cases = full_suite(args.filter)
     if not cases:

@@ -73,10 +73,10 @@ def _matplotlib() -> None:
 
 def run_attention(args: argparse.Namespace) -> int:
     from .. import no_grad, viz
-    from ..checkpoint import CheckpointError
     from ..data.errors import DataError
-    from ..decode import greedy_decode
-    from .translate import load_translator
+    from ..translation.checkpoint import CheckpointError
+    from ..translation.decode import greedy_decode
+    from ..translation.translator import load_translator
 
     _matplotlib()
     try:
@@ -198,7 +198,7 @@ def _numbers(record: Any, *keys: str) -> bool:
 
 def run_gradcheck(args: argparse.Namespace) -> int:
     from .. import viz
-    from ..gradcheck_modules import full_suite
+    from ..verify.module_cases import full_suite
 
     _matplotlib()
     rows = []

@@ -13,7 +13,7 @@ from .values import at_least, positive_float, probability, vocabulary_size
 
 if TYPE_CHECKING:
     from ..data.parallel import Dropped
-    from ..train import TranslationData
+    from ..translation.training import TranslationData
 
 # What "sensible defaults" means depends on the data: the built-in task is small and trains in
 # minutes; a real corpus (Multi30k) gets the `small` model and the recipe of the Multi30k
@@ -96,13 +96,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     from .. import manual_seed
-    from ..checkpoint import CheckpointError, load_checkpoint
-    from ..corpus import check_max_len, load_corpus, prepare_corpus
     from ..data.errors import DataError
     from ..data.tokenizer import Tokenizer
     from ..nn import Transformer, TransformerConfig
-    from ..train import TrainConfig, Trainer, TrainingError
-    from .translate import score_test_set
+    from ..translation.checkpoint import CheckpointError, load_checkpoint
+    from ..translation.corpus import check_max_len, load_corpus, prepare_corpus
+    from ..translation.scoring import score_test_set
+    from ..translation.training import TrainConfig, Trainer, TrainingError
 
     kind = "builtin" if args.data == "builtin" else "folder"
     defaults = DEFAULTS[kind]

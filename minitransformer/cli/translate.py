@@ -7,7 +7,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from .values import at_least, finite_float
 
@@ -56,30 +55,6 @@ def _checkpoint_options(p: argparse.ArgumentParser) -> None:
                    help="default: $MINITRANSFORMER_DEVICE, else cpu")
 
 
-def load_translator(path: str | Path) -> tuple[Any, Any]:
-    """The model and tokenizer stored in a checkpoint."""
-    model, tokenizer, _ = _load_translator_and_languages(path)
-    return model, tokenizer
-
-
-def _load_translator_and_languages(path: str | Path) -> tuple[Any, Any, tuple[str, str] | None]:
-    """The model, the tokenizer and the (source, target) languages it was trained on, when the
-    checkpoint records them (`train` does, for a corpus with named languages)."""
-    from ..checkpoint import CheckpointError, load_checkpoint, restore_model
-    from ..data.tokenizer import Tokenizer
-
-    checkpoint = load_checkpoint(path)
-    if checkpoint.tokenizer_bytes is None:
-        raise CheckpointError(f"{path} holds no tokenizer, so it cannot translate text; use "
-                              "a checkpoint written by `minitransformer train`.")
-    languages = checkpoint.state.get("languages")
-    if not (isinstance(languages, list) and len(languages) == 2
-            and all(isinstance(lang, str) and lang for lang in languages)):
-        languages = None
-    return (restore_model(checkpoint), Tokenizer.from_bytes(checkpoint.tokenizer_bytes),
-            None if languages is None else (languages[0], languages[1]))
-
-
 def _direction(args: argparse.Namespace, trained: tuple[str, str] | None
                ) -> tuple[str | None, str | None]:
     """The languages to read from --data: those given, else those the checkpoint was trained
@@ -104,10 +79,10 @@ def _direction(args: argparse.Namespace, trained: tuple[str, str] | None
 
 
 def run_translate(args: argparse.Namespace) -> int:
-    from ..checkpoint import CheckpointError
     from ..data.errors import DataError
     from ..data.parallel import read_lines
-    from ..translator import translate
+    from ..translation.checkpoint import CheckpointError
+    from ..translation.translator import load_translator, translate
 
     if args.sentences and args.input:
         print(f"minitransformer translate: give sentences as arguments or --input, not both "
@@ -146,10 +121,12 @@ def run_translate(args: argparse.Namespace) -> int:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from ..checkpoint import CheckpointError
-    from ..corpus import load_corpus
     from ..data.errors import DataError
     from ..data.parallel import read_parallel
+    from ..translation.checkpoint import CheckpointError
+    from ..translation.corpus import load_corpus
+    from ..translation.scoring import score
+    from ..translation.translator import load_translator_and_languages
 
     contradiction = _contradicting_options(args)
     if contradiction:
@@ -159,7 +136,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print("minitransformer evaluate: give --src and --ref, or --data.", file=sys.stderr)
         return 2
     try:
-        model, tokenizer, trained = _load_translator_and_languages(args.checkpoint)
+        model, tokenizer, trained = load_translator_and_languages(args.checkpoint)
         if args.data:
             split = args.split or "test"
             corpus = load_corpus(args.data, *_direction(args, trained), splits=[split])
@@ -227,35 +204,3 @@ def _check_output(output: str | None) -> None:
     if not os.access(where, os.W_OK):
         raise DataError(f"--output {path}: {'the file' if where == path else 'its folder'} "
                         "may not be written (permission denied); write elsewhere.")
-
-
-def score(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], beam: int,
-          length_penalty: float = 0.6, output: str | Path | None = None,
-          batch_size: int | None = None) -> dict[str, Any]:
-    """Translate the sources of ``pairs`` and score them against the targets."""
-    from ..evaluate import evaluate_translations
-    from ..translator import translate
-
-    hypotheses = translate(model, tokenizer, [s for s, _ in pairs], beam, length_penalty,
-                           batch_size)
-    if output:
-        Path(output).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
-    result = evaluate_translations(hypotheses, [t for _, t in pairs])
-    result["beam"] = beam
-    return result
-
-
-def score_test_set(checkpoint: Path, pairs: list[tuple[str, str]], beam: int,
-                   out: Path) -> dict[str, Any]:
-    """After training: greedy and beam translations of the test set, scored and printed."""
-    model, tokenizer = load_translator(checkpoint)
-    results: dict[str, Any] = {"checkpoint": str(checkpoint)}
-    for name, size in (("greedy", 1), (f"beam{beam}", beam)):
-        result = score(model, tokenizer, pairs, size, output=out / f"test.{name}.txt")
-        results[name] = result
-        print(f"test {name}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}  "
-              f"({result['bleu_signature']})")
-    hypotheses = (out / f"test.beam{beam}.txt").read_text(encoding="utf-8").splitlines()
-    for (source, reference), hypothesis in list(zip(pairs, hypotheses, strict=True))[:3]:
-        print(f"  source:     {source}\n  reference:  {reference}\n  translated: {hypothesis}")
-    return results

@@ -166,7 +166,7 @@ def test_multi30k_splits(split, n):
 ])
 def test_a_german_english_folder_reads_the_direction_from_either_side(tmp_path, src, tgt,
                                                                        direction):
-    from minitransformer.corpus import load_corpus
+    from minitransformer.translation.corpus import load_corpus
     for split in ("train", "valid", "test"):
         for lang in ("de", "en"):
             (tmp_path / f"{split}.{lang}").write_text(f"{lang} {split}\n", encoding="utf-8")

@@ -10,7 +10,7 @@ import pytest
 import minitransformer as mt
 from minitransformer import functional as F
 from minitransformer.functional import _blocks, _workspace
-from minitransformer.gradcheck_cases import CASES, run_case
+from minitransformer.verify.function_cases import CASES, run_case
 
 # the Functions whose CPU kernels run in blocks of rows (for_blocks, for_element_blocks)
 BLOCKED = {"layer_norm", "cross_entropy", "dropout", "linear_relu", "relu",

@@ -24,8 +24,8 @@ import minitransformer as mt
 from minitransformer import backend
 from minitransformer import functional as F
 from minitransformer.autograd import Function
-from minitransformer.gradcheck import check_function
-from minitransformer.gradcheck_cases import CASES, run_case
+from minitransformer.verify import check_function
+from minitransformer.verify.function_cases import CASES, run_case
 
 MAX_REL_ERROR = 1e-6
 

@@ -9,9 +9,9 @@ import numpy as np
 
 import minitransformer as mt
 from minitransformer import functional as F
-from minitransformer.decode import greedy_decode
 from minitransformer.nn import Transformer, TransformerConfig
 from minitransformer.optim import Adam
+from minitransformer.translation.decode import greedy_decode
 
 PAD, BOS, EOS = 0, 1, 2
 

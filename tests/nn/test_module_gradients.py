@@ -6,7 +6,7 @@ import inspect
 import pytest
 
 from minitransformer import nn
-from minitransformer.gradcheck_modules import MODULE_CASES, run_module_case
+from minitransformer.verify.module_cases import MODULE_CASES, run_module_case
 
 IDS = [f"{case.name}-{case.note or 'plain'}".replace(" ", "_") for case in MODULE_CASES]
 

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from minitransformer import cli
-from minitransformer.checkpoint import load_checkpoint
 from minitransformer.functional import _blocks
+from minitransformer.translation.checkpoint import load_checkpoint
 
 TRAIN_ARGS = ["--config", "tiny", "--vocab-size", "40", "--max-steps", "4", "--eval-every",
               "2", "--bleu-sentences", "4", "--max-tokens", "200", "--warmup", "10",
@@ -109,8 +109,11 @@ def test_translations_that_cannot_be_written_go_to_standard_output(trained_run, 
 
 
 def test_translations_do_not_depend_on_the_batch_size(trained_run, monkeypatch):
-    from minitransformer.cli.translate import load_translator
-    from minitransformer.translator import default_batch_size, translate
+    from minitransformer.translation.translator import (
+        default_batch_size,
+        load_translator,
+        translate,
+    )
 
     corpus, run = trained_run
     model, tokenizer = load_translator(run / "checkpoints" / "averaged.npz")
@@ -212,8 +215,8 @@ def test_a_folder_trains_with_the_multi30k_recipe_and_the_commands_own_stopping_
                      "--bleu-sentences", "0", "--beam", "1", "--no-progress", "--out", str(run),
                      *stopping]) == 0
     settings = json.loads((run / "run.json").read_text())["train"]
-    from minitransformer.corpus import load_corpus, prepare
     from minitransformer.data.batching import TokenBatcher
+    from minitransformer.translation.corpus import load_corpus, prepare
 
     _, data, _ = prepare(load_corpus(str(corpus), "xx", "yy"), 40, 100)
     assert settings["warmup_steps"] == 800 and settings["lr_scale"] == 0.7

@@ -12,12 +12,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .data.builtin import SOURCE_LANGUAGE, TARGET_LANGUAGE, builtin_task
-from .data.errors import DataError
-from .data.parallel import Dropped, encode_kept, read_parallel
-from .data.tokenizer import Tokenizer
-from .nn.config import TransformerConfig
-from .train import TranslationData
+from ..data.builtin import SOURCE_LANGUAGE, TARGET_LANGUAGE, builtin_task
+from ..data.errors import DataError
+from ..data.parallel import Dropped, encode_kept, read_parallel
+from ..data.tokenizer import Tokenizer
+from ..nn.config import TransformerConfig
+from .training import TranslationData
 
 POSITIONS = TransformerConfig.max_len  # the default positional table (1024 positions)
 

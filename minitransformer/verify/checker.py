@@ -31,10 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import backend
-from .autograd.engine import graph_nodes, run_backward
-from .autograd.grad_mode import no_grad
-from .autograd.tensor import Tensor
+from .. import backend
+from ..autograd.engine import graph_nodes, run_backward
+from ..autograd.grad_mode import no_grad
+from ..autograd.tensor import Tensor
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The six exercises: their input cases, the library Functions they are graded against, and
 the hints that recognise common mistakes in a backward.
 
-Used by ``minitransformer.exercises``, which does the grading.
+Used by ``minitransformer.course.grading``, which does the grading.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from .autograd.function import Function
-from .functional.activation import Softmax
-from .functional.attention import ScaledDotProductAttention
-from .functional.embedding import Embedding
-from .functional.linalg import Linear
-from .functional.loss import CrossEntropy
-from .functional.normalization import LayerNorm
+from ..autograd.function import Function
+from ..functional.activation import Softmax
+from ..functional.attention import ScaledDotProductAttention
+from ..functional.embedding import Embedding
+from ..functional.linalg import Linear
+from ..functional.loss import CrossEntropy
+from ..functional.normalization import LayerNorm
 
 
 @dataclass(frozen=True)

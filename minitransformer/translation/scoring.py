@@ -1,4 +1,6 @@
-"""Scoring translations with sacreBLEU: BLEU (§6.1, Table 2) and chrF.
+"""Scoring translations with sacreBLEU: BLEU (§6.1, Table 2) and chrF; translating a test set
+and scoring it (``score``, what ``evaluate`` runs; ``score_test_set``, what ``train`` runs at
+its end).
 
 BLEU scores differ by several points with the tokenization and casing they are computed on,
 so the paper-comparable number is sacreBLEU's on detokenized, cased text (its defaults: the
@@ -15,7 +17,10 @@ Hypotheses are whole sentences as the model's tokenizer decodes them, never toke
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from .translator import load_translator, translate
 
 
 @dataclass(frozen=True)
@@ -81,4 +86,34 @@ def evaluate_translations(hypotheses: list[str], references: list[str]) -> dict[
             "chrf_signature": chrf.signature, "sentences": len(hypotheses)}
 
 
-__all__ = ["Score", "corpus_bleu", "corpus_chrf", "evaluate_translations"]
+def score(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], beam: int,
+          length_penalty: float = 0.6, output: str | Path | None = None,
+          batch_size: int | None = None) -> dict[str, Any]:
+    """Translate the sources of ``pairs`` and score them against the targets."""
+    hypotheses = translate(model, tokenizer, [s for s, _ in pairs], beam, length_penalty,
+                           batch_size)
+    if output:
+        Path(output).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    result = evaluate_translations(hypotheses, [t for _, t in pairs])
+    result["beam"] = beam
+    return result
+
+
+def score_test_set(checkpoint: Path, pairs: list[tuple[str, str]], beam: int,
+                   out: Path) -> dict[str, Any]:
+    """After training: greedy and beam translations of the test set, scored and printed."""
+    model, tokenizer = load_translator(checkpoint)
+    results: dict[str, Any] = {"checkpoint": str(checkpoint)}
+    for name, size in (("greedy", 1), (f"beam{beam}", beam)):
+        result = score(model, tokenizer, pairs, size, output=out / f"test.{name}.txt")
+        results[name] = result
+        print(f"test {name}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}  "
+              f"({result['bleu_signature']})")
+    hypotheses = (out / f"test.beam{beam}.txt").read_text(encoding="utf-8").splitlines()
+    for (source, reference), hypothesis in list(zip(pairs, hypotheses, strict=True))[:3]:
+        print(f"  source:     {source}\n  reference:  {reference}\n  translated: {hypothesis}")
+    return results
+
+
+__all__ = ["Score", "corpus_bleu", "corpus_chrf", "evaluate_translations", "score",
+           "score_test_set"]

@@ -13,9 +13,9 @@ import pytest
 
 import minitransformer
 from minitransformer import backend
-from minitransformer.decode import beam_search, gnmt_length_penalty, greedy_decode
 from minitransformer.nn.config import TransformerConfig
 from minitransformer.nn.transformer import Transformer
+from minitransformer.translation.decode import beam_search, gnmt_length_penalty, greedy_decode
 
 PAD, BOS = 0, 1
 SOURCES = np.array([[3, 4, 5, 6, 7], [8, 9, 3, 0, 0], [5, 5, 5, 5, 0]])  # padded batch
@@ -260,7 +260,7 @@ def test_best_continuations_are_the_top_of_a_full_sort(vocab_size):
     scores log P(prefix) + log softmax(logits) of every sentence: checked against a full sort,
     with a vocabulary not divisible into equal groups (1003), beams at -inf (the first step)
     and tied logits."""
-    from minitransformer.decode import _best_continuations
+    from minitransformer.translation.decode import _best_continuations
 
     rng = np.random.default_rng(vocab_size)
     A, K = 9, 4

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import backend
-from . import functional as F
-from .gradcheck import GradcheckReport, check_function
+from .. import backend
+from .. import functional as F
+from .checker import GradcheckReport, check_function
 
 
 @dataclass(frozen=True)

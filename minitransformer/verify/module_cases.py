@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import backend, nn
-from . import functional as F
-from .gradcheck import GradcheckReport, check_module
-from .gradcheck_cases import inputs, normal
+from .. import backend, nn
+from .. import functional as F
+from .checker import GradcheckReport, check_module
+from .function_cases import inputs, normal
 
 PAD = 0
 
@@ -142,8 +142,8 @@ def run_module_case(case: ModuleCase, seed: int = 0) -> GradcheckReport:
 def full_suite(pattern: str | None = None) -> list[tuple[Any, Callable[..., GradcheckReport]]]:
     """(case, runner) for every Function case and every Module case whose name contains
     ``pattern`` (all of them when it is empty): what ``minitransformer gradcheck`` runs."""
-    from . import gradcheck_cases
+    from . import function_cases
 
-    suite = [(case, gradcheck_cases.run_case) for case in gradcheck_cases.CASES]
+    suite = [(case, function_cases.run_case) for case in function_cases.CASES]
     suite += [(case, run_module_case) for case in MODULE_CASES]
     return [(case, run) for case, run in suite if (pattern or "").lower() in case.name.lower()]

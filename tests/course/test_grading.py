@@ -15,9 +15,9 @@ import pytest
 import minitransformer as mt
 from minitransformer import cli
 from minitransformer import functional as F
-from minitransformer.exercises import EXERCISES, check_exercise
+from minitransformer.course import EXERCISES, check_exercise
 
-LESSONS = Path(__file__).resolve().parents[1] / "lessons"
+LESSONS = Path(__file__).resolve().parents[2] / "lessons"
 NAMES = list(EXERCISES)
 
 

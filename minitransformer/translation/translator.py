@@ -1,4 +1,5 @@
-"""Sentences in, sentences out: tokenize, batch by length, decode, detokenize.
+"""Sentences in, sentences out: tokenize, batch by length, decode, detokenize; and the
+translator (model and tokenizer) that a checkpoint holds.
 
 Used by training (validation BLEU), ``minitransformer translate`` and ``evaluate``. Empty lines
 translate to empty lines; characters the tokenizer has never seen become its unknown token
@@ -18,11 +19,14 @@ at V = 37,000) and, for the `base` model, self-attention caches of 25 MB per out
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
-from . import backend
+from .. import backend
+from ..data.tokenizer import Tokenizer
+from ..threads import get_num_threads
+from .checkpoint import CheckpointError, load_checkpoint, restore_model
 from .decode import _is_index, beam_search, greedy_decode
-from .threads import get_num_threads
 
 SENTENCES_PER_THREAD = 128  # a batch on the CPU: this many for each worker thread,
 MAX_CPU_BATCH = 256         # but no more than this many
@@ -74,3 +78,25 @@ def translate(model: Any, tokenizer: Any, sentences: list[str], beam_size: int =
         for i, out in zip(rows, ids, strict=True):
             outputs[i] = tokenizer.decode(out)
     return outputs
+
+
+def load_translator(path: str | Path) -> tuple[Any, Any]:
+    """The model and tokenizer stored in a checkpoint."""
+    model, tokenizer, _ = load_translator_and_languages(path)
+    return model, tokenizer
+
+
+def load_translator_and_languages(path: str | Path
+                                  ) -> tuple[Any, Any, tuple[str, str] | None]:
+    """The model, the tokenizer and the (source, target) languages it was trained on, when the
+    checkpoint records them (`train` does, for a corpus with named languages)."""
+    checkpoint = load_checkpoint(path)
+    if checkpoint.tokenizer_bytes is None:
+        raise CheckpointError(f"{path} holds no tokenizer, so it cannot translate text; use "
+                              "a checkpoint written by `minitransformer train`.")
+    languages = checkpoint.state.get("languages")
+    if not (isinstance(languages, list) and len(languages) == 2
+            and all(isinstance(lang, str) and lang for lang in languages)):
+        languages = None
+    return (restore_model(checkpoint), Tokenizer.from_bytes(checkpoint.tokenizer_bytes),
+            None if languages is None else (languages[0], languages[1]))

@@ -13,16 +13,16 @@ import pytest
 from killing import sigkill_when
 from train_task import make_task, make_trainer
 
-import minitransformer.train as train_module
+import minitransformer.translation.training as train_module
 from minitransformer import backend
-from minitransformer.checkpoint import (
+from minitransformer.nn import Transformer, TransformerConfig
+from minitransformer.translation.checkpoint import (
     CheckpointError,
     load_checkpoint,
     restore_model,
     save_checkpoint,
 )
-from minitransformer.nn import Transformer, TransformerConfig
-from minitransformer.train import TrainConfig, Trainer, TrainingError
+from minitransformer.translation.training import TrainConfig, Trainer, TrainingError
 
 
 def losses(run_dir):
@@ -263,7 +263,7 @@ def run_child(tmp_path, mode, ready):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     run_dir = tmp_path / "run"
-    # tests/ for train_task, ahead of whatever the environment already puts on the path
+    # this folder, for train_task, ahead of whatever the environment already puts on the path
     path = [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
     child = subprocess.Popen([sys.executable, str(script), str(run_dir), mode], env=env)

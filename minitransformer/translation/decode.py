@@ -34,13 +34,13 @@ import operator
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import backend
-from .autograd.grad_mode import no_grad
-from .autograd.tensor import Tensor
-from .functional import _blocks
-from .functional._blocks import for_blocks, on_workers
-from .functional._cuda import is_cupy
-from .nn.transformer import Transformer
+from .. import backend
+from ..autograd.grad_mode import no_grad
+from ..autograd.tensor import Tensor
+from ..functional import _blocks
+from ..functional._blocks import for_blocks, on_workers
+from ..functional._cuda import is_cupy
+from ..nn.transformer import Transformer
 
 MIN_SHARE = 8  # sentences: a batch of fewer than 2·MIN_SHARE is decoded on one core
 

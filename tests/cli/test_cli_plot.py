@@ -6,9 +6,9 @@ import pytest
 
 import minitransformer as mt
 from minitransformer import cli
-from minitransformer.checkpoint import save_checkpoint
 from minitransformer.data.tokenizer import Tokenizer
 from minitransformer.nn import Transformer, TransformerConfig
+from minitransformer.translation.checkpoint import save_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +35,8 @@ def test_the_rows_of_decoder_attention_are_the_tokens_the_model_generated(checkp
     """The output is drawn as the model produced it (its greedy ids), not as its text would
     be encoded again, which can split the words otherwise."""
     from minitransformer import viz
-    from minitransformer.checkpoint import load_checkpoint, restore_model
-    from minitransformer.decode import greedy_decode
+    from minitransformer.translation.checkpoint import load_checkpoint, restore_model
+    from minitransformer.translation.decode import greedy_decode
 
     drawn = {}
     monkeypatch.setattr(viz, "attention_heads",

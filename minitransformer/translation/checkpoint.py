@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .nn.config import TransformerConfig
+from ..nn.config import TransformerConfig
 
 FORMAT = "minitransformer-checkpoint"
 VERSION = 1
@@ -138,7 +138,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
 
 def restore_model(checkpoint: Checkpoint, device: str | None = None) -> Any:
     """A Transformer built from the checkpoint's configuration holding its parameters."""
-    from .nn.transformer import Transformer
+    from ..nn.transformer import Transformer
 
     _check_sizes(checkpoint.config, checkpoint.model_state)
     model = Transformer(checkpoint.config)

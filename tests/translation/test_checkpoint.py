@@ -14,7 +14,9 @@ from killing import sigkill_when
 
 import minitransformer as mt
 from minitransformer import functional as F
-from minitransformer.checkpoint import (
+from minitransformer.nn import Transformer, TransformerConfig
+from minitransformer.optim import Adam
+from minitransformer.translation.checkpoint import (
     CheckpointError,
     average_checkpoints,
     load_checkpoint,
@@ -22,8 +24,6 @@ from minitransformer.checkpoint import (
     restore_model,
     save_checkpoint,
 )
-from minitransformer.nn import Transformer, TransformerConfig
-from minitransformer.optim import Adam
 
 CONFIG = TransformerConfig.named("tiny", 20, d_model=16, d_ff=24)
 
@@ -84,9 +84,9 @@ KILLED_SAVE = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     import numpy as np
-    sys.path.insert(0, sys.argv[2])
+    sys.path[:0] = sys.argv[2:]  # this folder and tests/, for test_checkpoint and killing
     from test_checkpoint import trained_model
-    from minitransformer.checkpoint import save_checkpoint
+    from minitransformer.translation.checkpoint import save_checkpoint
     path = Path(sys.argv[1])
     model, optimizer = trained_model()
     save_checkpoint(path, model, optimizer, state={"step": 1})
@@ -107,8 +107,9 @@ def test_a_process_killed_in_the_middle_of_a_save_leaves_the_previous_checkpoint
     script = tmp_path / "child.py"
     script.write_text(KILLED_SAVE)
     path = tmp_path / "last.npz"
-    child = subprocess.Popen([sys.executable, str(script), str(path),
-                              str(os.path.dirname(__file__))])
+    here = os.path.dirname(__file__)
+    child = subprocess.Popen([sys.executable, str(script), str(path), here,
+                              os.path.dirname(here)])
     sigkill_when(child, (tmp_path / "inside-save").exists, "the saving process")
     assert load_checkpoint(path).state == {"step": 1}
     restore_model(load_checkpoint(path))

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import minitransformer
-from minitransformer import decode
-from minitransformer.decode import beam_search, greedy_decode
 from minitransformer.functional import _blocks
 from minitransformer.nn.config import TransformerConfig
 from minitransformer.nn.transformer import Transformer
+from minitransformer.translation import decode
+from minitransformer.translation.decode import beam_search, greedy_decode
 
 BOS = 1
 GREEDY_EOS, BEAM_EOS = (6, 8), (3, 10)  # ids the seeded tiny model ends at many lengths

@@ -25,9 +25,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from . import backend
-from . import functional as F
-from .autograd.grad_mode import no_grad
+from .. import backend
+from .. import functional as F
+from ..autograd.grad_mode import no_grad
+from ..data.batching import TokenBatcher, batches_in_order
+from ..data.errors import DataError
+from ..optim import Adam, clip_grad_norm, noam_rate
 from .checkpoint import (
     CheckpointError,
     average_checkpoints,
@@ -36,10 +39,7 @@ from .checkpoint import (
     save_averaged,
     save_checkpoint,
 )
-from .data.batching import TokenBatcher, batches_in_order
-from .data.errors import DataError
-from .evaluate import corpus_bleu
-from .optim import Adam, clip_grad_norm, noam_rate
+from .scoring import corpus_bleu
 from .translator import translate
 
 

@@ -7,8 +7,9 @@ import sys
 import pytest
 from conftest import CUDA
 
-from minitransformer import cli, gradcheck_cases, gradcheck_modules
-from minitransformer.gradcheck_cases import Case, inputs, normal
+from minitransformer import cli
+from minitransformer.verify import function_cases, module_cases
+from minitransformer.verify.function_cases import Case, inputs, normal
 
 
 def test_full_suite_passes_below_1e_6_from_the_installed_command(tmp_path):
@@ -16,7 +17,7 @@ def test_full_suite_passes_below_1e_6_from_the_installed_command(tmp_path):
                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
-    assert len(rows) == len(gradcheck_cases.CASES) + len(gradcheck_modules.MODULE_CASES)
+    assert len(rows) == len(function_cases.CASES) + len(module_cases.MODULE_CASES)
     assert {row["name"] for row in rows} >= {"Transformer+loss", "MultiHeadAttention"}
     for row in rows:
         assert {"name", "max_abs_error", "max_rel_error", "passed"} <= row.keys()
@@ -26,7 +27,7 @@ def test_full_suite_passes_below_1e_6_from_the_installed_command(tmp_path):
 def test_table_has_one_row_per_case_and_a_summary(capsys):
     assert cli.main(["gradcheck", "--filter", "matmul"]) == 0
     out = capsys.readouterr().out.splitlines()
-    n_matmul = sum(c.name == "matmul" for c in gradcheck_cases.CASES)
+    n_matmul = sum(c.name == "matmul" for c in function_cases.CASES)
     rows = [line for line in out if line.startswith("matmul")]
     assert len(rows) == n_matmul and all(line.split()[-2] == "pass" for line in rows)
     assert out[0].split()[:2] == ["name", "inputs"]
@@ -43,8 +44,8 @@ def test_seed_changes_the_inputs_and_the_errors(capsys):
 
 def test_a_failing_row_fails_the_command(monkeypatch, capsys):
     broken = Case("broken", lambda a: a.detach() * a, inputs(normal(2, 2)))  # misses a term
-    monkeypatch.setattr(gradcheck_cases, "CASES", [broken])
-    monkeypatch.setattr(gradcheck_modules, "MODULE_CASES", [])
+    monkeypatch.setattr(function_cases, "CASES", [broken])
+    monkeypatch.setattr(module_cases, "MODULE_CASES", [])
     assert cli.main(["gradcheck"]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and "0 passed, 1 failed" in out

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from . import backend
-from .autograd.function import Function
-from .exercise_catalog import EXERCISES, Case, Clue, Exercise
-from .gradcheck import GradcheckReport, check_function
+from .. import backend
+from ..autograd.function import Function
+from ..verify.checker import GradcheckReport, check_function
+from .catalog import EXERCISES, Case, Clue, Exercise
 
 # What the learner's code may raise, all of them a failed check: sys.exit() too, which would
 # otherwise end the command with the exit status of a pass.

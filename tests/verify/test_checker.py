@@ -8,8 +8,8 @@ import pytest
 import minitransformer as mt
 from minitransformer.autograd import Function
 from minitransformer.backend import get_array_module
-from minitransformer.gradcheck import check_function
-from minitransformer.gradcheck_cases import CASES, run_case
+from minitransformer.verify import check_function
+from minitransformer.verify.function_cases import CASES, run_case
 
 
 class Softmax(Function):

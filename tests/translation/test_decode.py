@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import minitransformer
-from minitransformer.decode import beam_search, greedy_decode
 from minitransformer.nn.config import TransformerConfig
 from minitransformer.nn.transformer import Transformer
+from minitransformer.translation.decode import beam_search, greedy_decode
 
 PAD, BOS = 0, 1
 SOURCES = np.array([[3, 4, 5, 6, 7], [8, 9, 3, 0, 0], [5, 5, 5, 5, 0]])  # padded batch

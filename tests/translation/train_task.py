@@ -6,7 +6,7 @@ import minitransformer as mt
 from minitransformer.data.parallel import encode_pairs
 from minitransformer.data.tokenizer import Tokenizer
 from minitransformer.nn import Transformer, TransformerConfig
-from minitransformer.train import TrainConfig, Trainer, TranslationData
+from minitransformer.translation.training import TrainConfig, Trainer, TranslationData
 
 
 def make_task():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from minitransformer.corpus import Corpus, check_max_len, load_corpus, prepare_corpus
 from minitransformer.data import DataError
+from minitransformer.translation.corpus import Corpus, check_max_len, load_corpus, prepare_corpus
 
 
 def write_split(folder, split, langs=("de", "en"), text="{lang} {split}\n"):

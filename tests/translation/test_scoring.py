@@ -5,7 +5,12 @@ import json
 import pytest
 import sacrebleu
 
-from minitransformer.evaluate import Score, corpus_bleu, corpus_chrf, evaluate_translations
+from minitransformer.translation.scoring import (
+    Score,
+    corpus_bleu,
+    corpus_chrf,
+    evaluate_translations,
+)
 
 REFS = ["The cat sat on the mat.", "A man is riding a bicycle down the street."]
 HYPS = ["The cat sat on a mat.", "A man rides a bike down the street."]

@@ -1,0 +1,15 @@
+"""The course's graded exercises: a learner writes a backward, the grader proves it.
+
+    catalog   the exercises: their input cases, the library Function each is graded
+              against, and the hints for recognisable mistakes
+    grading   check_exercise: load the learner's file, compare its gradients with the
+              library's and with finite differences, and say what is wrong
+
+The chapters themselves live in lessons/ beside the package; this room is what
+`minitransformer check-exercise` runs.
+"""
+
+from .catalog import EXERCISES
+from .grading import ExerciseResult, check_exercise
+
+__all__ = ["EXERCISES", "ExerciseResult", "check_exercise"]

@@ -1,0 +1,36 @@
+"""The translation pipeline: from parallel text to a trained, scored translator.
+
+    corpus      parallel text (the built-in task or a folder of files) to a tokenizer and
+                token ids
+    training    the training loop: token batches, label smoothing, Adam with warmup,
+                validation, checkpoints, resume
+    checkpoint  safe checkpoints (atomic, no pickle) and their averaging
+    decode      greedy and beam search with the key/value cache
+    translator  sentences in, sentences out; the translator a checkpoint holds
+    scoring     sacreBLEU's BLEU and chrF, and translating a test set to score it
+
+Built on the engine (nn, optim, functional) and data/; `minitransformer train`, `translate`,
+`evaluate` and `plot attention` are thin commands over it.
+"""
+
+from .checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    average_checkpoints,
+    load_checkpoint,
+    restore_model,
+    save_checkpoint,
+)
+from .corpus import Corpus, load_corpus, prepare_corpus
+from .decode import beam_search, gnmt_length_penalty, greedy_decode
+from .scoring import Score, corpus_bleu, corpus_chrf, evaluate_translations, score
+from .training import TrainConfig, Trainer, TrainingError, TranslationData
+from .translator import load_translator, translate
+
+__all__ = [
+    "Checkpoint", "CheckpointError", "Corpus", "Score", "TrainConfig", "Trainer",
+    "TrainingError", "TranslationData", "average_checkpoints", "beam_search", "corpus_bleu",
+    "corpus_chrf", "evaluate_translations", "gnmt_length_penalty", "greedy_decode",
+    "load_checkpoint", "load_corpus", "load_translator", "prepare_corpus", "restore_model",
+    "save_checkpoint", "score", "translate",
+]
