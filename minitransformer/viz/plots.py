@@ -1,8 +1,8 @@
-"""Pictures: attention heatmaps, the learning-rate schedule, training curves from a run's log.
+"""Plots: attention heatmaps, the positional encoding, the learning-rate schedule, training
+curves from a run's log, gradient-check errors.
 
-Each function draws with matplotlib, saves a PNG when given a path, and returns the figure,
-so a notebook shows it and a script can keep it. Heavy imports happen inside the functions:
-importing this module costs nothing.
+Each function draws with matplotlib, saves a picture when given a path, and returns the
+figure, so a notebook shows it and a script can keep it.
 """
 
 from __future__ import annotations
@@ -15,20 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .backend import to_numpy
-
-
-def _pyplot() -> Any:
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(figure: Any, path: str | Path | None) -> Any:
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(path, dpi=120, bbox_inches="tight")
-    return figure
+from ..backend import to_numpy
+from ._render import pyplot, save_figure
 
 
 def attention_heads(weights: Any, queries: Sequence[str], keys: Sequence[str],
@@ -48,7 +36,7 @@ def attention_heads(weights: Any, queries: Sequence[str], keys: Sequence[str],
     cell = 0.32
     width = max(3.0, cell * len(keys) + 1.2) * columns
     height = max(2.5, cell * len(queries) + 1.2) * rows
-    plt = _pyplot()
+    plt = pyplot()
     figure, axes = plt.subplots(rows, columns, figsize=(width, height), squeeze=False)
     for head, axis in enumerate(axes.ravel()):
         if head >= n_heads:
@@ -61,19 +49,19 @@ def attention_heads(weights: Any, queries: Sequence[str], keys: Sequence[str],
     if title:
         figure.suptitle(title)
     figure.tight_layout()
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def schedule(rates: Sequence[float], title: str = "learning rate",
              path: str | Path | None = None) -> Any:
-    plt = _pyplot()
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(7, 3.4))
     axis.plot(np.arange(1, len(rates) + 1), rates)
     axis.set_xlabel("step")
     axis.set_ylabel("learning rate")
     axis.set_title(title)
     figure.tight_layout()
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def training_curves(log: str | Path, path: str | Path | None = None) -> Any:
@@ -82,7 +70,7 @@ def training_curves(log: str | Path, path: str | Path | None = None) -> Any:
     records = [json.loads(line) for line in lines if line.strip()]
     steps = [r for r in records if "loss" in r]
     validations = [r["validation"] for r in records if "validation" in r]
-    plt = _pyplot()
+    plt = pyplot()
     figure, (loss_axis, bleu_axis) = plt.subplots(1, 2, figsize=(11, 3.8))
     loss_axis.plot([r["step"] for r in steps], [r["loss"] for r in steps], lw=0.6, alpha=0.6,
                    label="training (label-smoothed)")
@@ -97,16 +85,16 @@ def training_curves(log: str | Path, path: str | Path | None = None) -> Any:
     bleu_axis.set_xlabel("step")
     bleu_axis.set_ylabel("validation BLEU (greedy)")
     figure.tight_layout()
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def positional_encoding(d_model: int = 64, length: int = 100,
                         path: str | Path | None = None) -> Any:
     """The sinusoidal table (§3.5) as a heatmap: positions along, dimensions up."""
-    from .nn.positional import sinusoidal_table
+    from ..nn.positional import sinusoidal_table
 
     table = to_numpy(sinusoidal_table(length, d_model))
-    plt = _pyplot()
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(9, 3.6))
     image = axis.imshow(table.T, aspect="auto", cmap="RdBu", vmin=-1, vmax=1, origin="lower")
     axis.set_xlabel("position")
@@ -114,7 +102,7 @@ def positional_encoding(d_model: int = 64, length: int = 100,
     axis.set_title(f"Sinusoidal positional encoding, d_model = {d_model}")
     figure.colorbar(image, ax=axis)
     figure.tight_layout()
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def gradcheck_errors(rows: Sequence[dict], threshold: float = 1e-6,
@@ -123,7 +111,7 @@ def gradcheck_errors(rows: Sequence[dict], threshold: float = 1e-6,
     error on a log scale, against the pass threshold."""
     errors = [max(row["max_rel_error"], 1e-16) for row in rows]
     labels = [f"{row['name']} {row.get('shapes', '')}"[:60] for row in rows]
-    plt = _pyplot()
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(9, 0.22 * len(rows) + 1.2))
     colors = ["tab:green" if row["passed"] else "tab:red" for row in rows]
     axis.barh(range(len(rows)), errors, color=colors)
@@ -134,4 +122,4 @@ def gradcheck_errors(rows: Sequence[dict], threshold: float = 1e-6,
     axis.set_xlabel("max relative error (float64, central differences)")
     axis.legend(loc="lower right")
     figure.tight_layout()
-    return _save(figure, path)
+    return save_figure(figure, path)

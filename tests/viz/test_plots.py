@@ -1,4 +1,4 @@
-"""Pictures are written, and misuse gets a clear error."""
+"""The plots (viz/plots.py): pictures are written, and misuse gets a clear error."""
 
 import json
 import os
