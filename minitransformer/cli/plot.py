@@ -1,4 +1,4 @@
-"""``minitransformer plot``: the pictures of the course, as PNG files."""
+"""``minitransformer plot``: the pictures of the course, as PNG (or SVG, PDF) files."""
 
 from __future__ import annotations
 
@@ -7,14 +7,37 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .values import at_least, positive_float
+from .values import at_least, positive_float, vocabulary_size
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
-        "plot", help="draw attention, positional encoding, schedule, curves, gradient checks",
+        "plot", help="draw the model, attention, positional encoding, schedule, curves, "
+                     "gradient checks",
         description="Draw one picture and write it as a PNG (--out).")
     which = p.add_subparsers(dest="picture", metavar="PICTURE", required=True)
+
+    m = which.add_parser(
+        "model", help="the paper's Figure 1 drawn from a named configuration",
+        description="Build the model of a named configuration and draw it as the paper's "
+                    "Figure 1: the encoder and decoder stacks, each sub-layer with its residual "
+                    "and LayerNorm, the masks, the shared embedding and the output projection, "
+                    "labelled with the modules' names and the shapes of one batch of random "
+                    "token ids.")
+    m.add_argument("--config", default="small", help="tiny, small, base or big (default small)")
+    m.add_argument("--vocab-size", type=vocabulary_size, default=37000,
+                   help="shared vocabulary size (default 37000, as `info`)")
+    m.add_argument("--batch", type=at_least(1), default=2, help="sentences B (default 2)")
+    m.add_argument("--src-len", type=at_least(1), default=7,
+                   help="source length S (default 7)")
+    m.add_argument("--tgt-len", type=at_least(1), default=6,
+                   help="target length T (default 6)")
+    m.add_argument("--all-layers", action="store_true",
+                   help="draw every layer sub-layer by sub-layer (default: the first of each "
+                        "stack, the others as one box each)")
+    m.add_argument("--out", type=picture_file, default="model.png",
+                   help="picture to write (.png, .svg, .pdf, ...)")
+    m.set_defaults(run=run_model)
 
     a = which.add_parser("attention", help="attention heatmaps of one translated sentence")
     a.add_argument("sentence", help="the source sentence")
@@ -69,6 +92,34 @@ def _matplotlib() -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no window needed
+
+
+def run_model(args: argparse.Namespace) -> int:
+    from .. import viz
+    from ..nn import NAMED_CONFIGS, TransformerConfig
+
+    if args.config not in NAMED_CONFIGS:
+        print(f"minitransformer plot model: unknown configuration {args.config!r}; choose one "
+              f"of {', '.join(NAMED_CONFIGS)}.", file=sys.stderr)
+        return 2
+    config = TransformerConfig.named(args.config, args.vocab_size)
+    longest = max(args.src_len, args.tgt_len)
+    if longest > config.max_len:
+        print(f"minitransformer plot model: a length of {longest} is longer than the model's "
+              f"positional table ({config.max_len} positions); give --src-len and --tgt-len of "
+              f"at most {config.max_len}.", file=sys.stderr)
+        return 2
+    _matplotlib()
+    try:
+        viz.draw_model(config, batch=(args.batch, args.src_len, args.tgt_len),
+                       layers_in_full=None if args.all_layers else 1, path=args.out)
+    except MemoryError:
+        print(f"minitransformer plot model: the '{args.config}' model with a vocabulary of "
+              f"{args.vocab_size:,} and this batch do not fit in this machine's memory; give "
+              "a smaller --vocab-size, --batch or --config.", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}")
+    return 0
 
 
 def run_attention(args: argparse.Namespace) -> int:

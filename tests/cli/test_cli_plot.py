@@ -66,6 +66,50 @@ def test_a_layer_that_does_not_exist_is_explained(checkpoint, capsys):
     assert "--layer 7 does not exist; the model has 2 layers" in capsys.readouterr().err
 
 
+def test_model_draws_figure_one_of_a_named_configuration(tmp_path, capsys):
+    from matplotlib import pyplot
+    from matplotlib.text import Text
+
+    out = tmp_path / "model.png"
+    assert cli.main(["plot", "model", "--config", "tiny", "--vocab-size", "50", "--batch", "3",
+                     "--src-len", "5", "--tgt-len", "4", "--out", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert f"wrote {out}" in capsys.readouterr().out
+    drawn = [t.get_text() for t in pyplot.gcf().findobj(Text)]
+    assert {"encoder.layers.0.self_attn", "decoder.layers.0.cross_attn", "decoder.layers.1",
+            "logits (3, 4, 50)", "mask (3, 1, 4, 4): causal + padding"} <= set(drawn)
+    assert cli.main(["plot", "model", "--config", "tiny", "--vocab-size", "50", "--all-layers",
+                     "--out", str(tmp_path / "model.svg")]) == 0
+    assert "<svg" in (tmp_path / "model.svg").read_text()
+
+
+def test_model_passes_its_arguments_to_the_library(monkeypatch, tmp_path):
+    from minitransformer import viz
+
+    seen = {}
+    monkeypatch.setattr(viz, "draw_model", lambda config, **kw: seen.update(config=config, **kw))
+    assert cli.main(["plot", "model", "--out", str(tmp_path / "m.png")]) == 0
+    assert seen["config"] == TransformerConfig.named("small", 37000)
+    assert (seen["batch"], seen["layers_in_full"]) == ((2, 7, 6), 1)
+    assert cli.main(["plot", "model", "--config", "base", "--vocab-size", "1000", "--batch", "1",
+                     "--src-len", "9", "--tgt-len", "3", "--all-layers"]) == 0
+    assert seen["config"] == TransformerConfig.named("base", 1000)
+    assert (seen["batch"], seen["layers_in_full"], seen["path"]) == ((1, 9, 3), None,
+                                                                     "model.png")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--config", "huge"], "unknown configuration 'huge'; choose one of tiny, small, base, big."),
+    (["--src-len", "2000"], "a length of 2000 is longer than the model's positional table "
+                            "(1024 positions)"),
+])
+def test_a_model_that_cannot_be_drawn_is_explained(argv, message, capsys, tmp_path):
+    assert cli.main(["plot", "model", *argv, "--out", str(tmp_path / "m.png")]) == 2
+    err = capsys.readouterr().err
+    assert f"minitransformer plot model: {message}" in err and "Traceback" not in err
+    assert not (tmp_path / "m.png").exists()
+
+
 def test_positions_schedule_curves_and_gradcheck(tmp_path, capsys):
     log = tmp_path / "log.jsonl"
     log.write_text(json.dumps({"step": 1, "loss": 3.0}) + "\n"
@@ -117,6 +161,9 @@ def test_a_log_that_is_not_text_is_explained(tmp_path, capsys):
     (["schedule", "--d-model", "0"], "argument --d-model: must be a whole number of at least 1"),
     (["schedule", "--steps", "-5"], "argument --steps: must be a whole number of at least 1"),
     (["schedule", "--scale", "0"], "argument --scale: must be greater than 0"),
+    (["model", "--batch", "0"], "argument --batch: must be a whole number of at least 1"),
+    (["model", "--src-len", "0"], "argument --src-len: must be a whole number of at least 1"),
+    (["model", "--vocab-size", "3"], "argument --vocab-size: must be a whole number from 6"),
 ])
 def test_sizes_that_cannot_be_drawn_stop_the_command_while_parsing(argv, message, capsys,
                                                                    tmp_path):
@@ -127,7 +174,7 @@ def test_sizes_that_cannot_be_drawn_stop_the_command_while_parsing(argv, message
 
 
 @pytest.mark.parametrize("picture", [["positions"], ["schedule"], ["gradcheck"],
-                                     ["curves", "log.jsonl"]])
+                                     ["curves", "log.jsonl"], ["model"]])
 @pytest.mark.parametrize("out", ["picture.txt", "picture"])
 def test_an_out_that_is_not_a_picture_file_stops_the_command_while_parsing(picture, out, capsys,
                                                                            tmp_path):
