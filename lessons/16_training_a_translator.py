@@ -79,7 +79,8 @@ for (source, reference), output in zip(examples, outputs, strict=True):
     print(f"source:     {source}\nreference:  {reference}\ntranslated: {output}\n")
 
 # %%
-viz.training_curves(Path("runs") / "lesson16" / "log.jsonl", FIGURES / "16_training.png")
+figure = viz.training_curves(Path("runs") / "lesson16" / "log.jsonl",
+                             FIGURES / "16_training.png")
 
 # %% [markdown]
 # The same from the command line, with the defaults for the built-in task, a test-set

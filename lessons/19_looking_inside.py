@@ -48,6 +48,8 @@ else:
                          bleu_sentences=0, progress=False)
     Trainer(model, tokenizer, data, config, Path("runs") / "lesson19").fit()
 model.eval()
+print(f"the translator: {sum(p.data.size for p in model.parameters()):,} parameters, "
+      f"a vocabulary of {tokenizer.vocab_size:,} pieces")
 
 # %% [markdown]
 # ## One sentence, every attention recorded
@@ -88,9 +90,10 @@ viz.attention_heads(last_decoder.self_attn.weights.numpy()[0], output_tokens, ou
                     title="Decoder self-attention, last layer (causal)",
                     path=FIGURES / "19_decoder_self.png")
 cross = last_decoder.cross_attn.weights.numpy()[0]
-viz.attention_heads(cross, output_tokens, source_tokens,
-                    title="Cross-attention, last layer: output (rows) reads source (columns)",
-                    path=FIGURES / "19_cross.png")
+figure = viz.attention_heads(cross, output_tokens, source_tokens,
+                             title="Cross-attention, last layer: output (rows) reads source "
+                                   "(columns)",
+                             path=FIGURES / "19_cross.png")
 
 # %% [markdown]
 # ## Reading the alignment

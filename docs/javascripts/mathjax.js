@@ -1,4 +1,0 @@
-window.MathJax = {
-  tex: { inlineMath: [["\\(", "\\)"]], displayMath: [["\\[", "\\]"]], processEscapes: true },
-  options: { ignoreHtmlClass: ".*|", processHtmlClass: "arithmatex" }
-};
