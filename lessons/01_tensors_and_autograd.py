@@ -11,7 +11,7 @@
 # You will see:
 #
 # 1. a `Tensor`, which holds an array and remembers how it was made;
-# 2. the tape: the graph of `Function` nodes that `backward()` walks in reverse;
+# 2. the tape: the graph of `Function` nodes that `backward()` walks in reverse, drawn;
 # 3. one backward worked out by hand, then compared with the library and with finite
 #    differences.
 #
@@ -19,10 +19,15 @@
 # a notebook (Jupyter and VS Code read the `# %%` cells).
 
 # %%
+from pathlib import Path
+
 import numpy as np
 
 import minitransformer as mt
+from minitransformer import viz
 
+FIGURES = Path("figures")
+FIGURES.mkdir(exist_ok=True)
 mt.manual_seed(0)
 np.set_printoptions(precision=4, suppress=True)
 
@@ -53,6 +58,18 @@ y = activation.sum()
 print("y =", y.item())
 print("y was made by", y.creator.name, "from a tensor made by",
       activation.creator.name, "from a tensor made by", product.creator.name)
+
+# %% [markdown]
+# `viz.draw_tape` draws that graph, as micrograd's `draw_dot` does for numbers. Each orange
+# oval is a `Function` node with the shape of what it returned; each arrow is a tensor, from
+# the node that made it to the node that used it; the blue boxes are the leaves, the inputs
+# that want a gradient, and the yellow box is $y$, a single number of shape `()`. With
+# `values=True` each tensor of a few numbers shows them: $x \circ w$, its tanh, their sum.
+
+# %%
+tape = viz.draw_tape(y, names={"x": x, "w": w, "y": y}, values=True,
+                     path=FIGURES / "01_tape.png")
+tape
 
 # %% [markdown]
 # ## Backward, by hand
@@ -87,10 +104,21 @@ print("dw by hand:", dw_by_hand)
 # the `.grad` of the leaves.
 
 # %%
-y.backward()
+y.backward(retain_graph=True)  # keep the graph, to draw it with its gradients below
 print("x.grad:", x.grad)
 print("w.grad:", w.grad)
 assert np.allclose(x.grad, dx_by_hand, atol=1e-6) and np.allclose(w.grad, dw_by_hand, atol=1e-6)
+
+# %% [markdown]
+# The same tape after backward, with the gradient each leaf received: `x.grad` and `w.grad`
+# are the `dx` and `dw` worked out by hand above, and each has the shape of its tensor, as
+# every gradient must. (Backward normally frees the graph as it goes, see below;
+# `retain_graph=True` kept it for this picture.)
+
+# %%
+tape = viz.draw_tape(y, names={"x": x, "w": w, "y": y}, values=True, grads=True,
+                     path=FIGURES / "01_tape_gradients.png")
+tape
 
 # %% [markdown]
 # ## Checking against finite differences

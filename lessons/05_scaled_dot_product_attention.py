@@ -23,6 +23,7 @@ import numpy as np
 
 import minitransformer as mt
 from minitransformer import functional as F
+from minitransformer import viz
 from minitransformer.verify import check_function
 
 FAST = os.environ.get("MINITRANSFORMER_FAST") == "1"  # the tests run every lesson quickly
@@ -92,6 +93,37 @@ print("library agrees:", np.allclose(out.numpy(), by_hand), np.allclose(lib_weig
 print(check_function(F.scaled_dot_product_attention, rng.standard_normal((2, 3, 4)),
                      rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 5, 3)),
                      name="attention"))
+
+# %% [markdown]
+# ## On the tape: composed against fused
+#
+# Written with the small operations of chapter 1, attention leaves five nodes on the tape:
+# the transpose of $K$, the product $QK^\top$, the division by $\sqrt{d_k}$ (a constant, in
+# grey: it takes no gradient), the softmax and the product with $V$. Each keeps what its own
+# backward needs, and backward walks all five. The arrow named `scores` carries the (T, S)
+# matrix $S$, the one named `weights` carries $P$.
+
+# %%
+Q, K, V = (mt.tensor(a, dtype="float32", requires_grad=True) for a in (q, k, v))
+scores = Q @ K.T / np.sqrt(Q.shape[-1])                              # (T, S)
+weights = F.softmax(scores)                                         # (T, S)
+composed = weights @ V                                              # (T, Dv)
+tape = viz.draw_tape(composed, names={"Q": Q, "K": K, "V": V, "scores": scores,
+                                      "weights": weights},
+                     path=FIGURES / "05_tape_composed.png")
+tape
+
+# %% [markdown]
+# The library's attention is one Function: one node, one backward (the table above), which
+# keeps only what that backward reads: $Q$, $K$, $V$, the weights $P$ and the output. Same
+# numbers, fewer and larger steps: that is what the fused Functions of this project are for.
+
+# %%
+fused = F.scaled_dot_product_attention(Q, K, V)
+print("same output:", np.allclose(fused.numpy(), composed.numpy(), atol=1e-6))
+tape = viz.draw_tape(fused, names={"Q": Q, "K": K, "V": V},
+                     path=FIGURES / "05_tape_fused.png")
+tape
 
 # %% [markdown]
 # ## Why $\sqrt{d_k}$: measured

@@ -20,14 +20,19 @@
 # %%
 import os
 import time
+from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 import minitransformer as mt
+from minitransformer import viz
 from minitransformer.nn import MultiHeadAttention
 from minitransformer.verify import check_module
 
 FAST = os.environ.get("MINITRANSFORMER_FAST") == "1"
+FIGURES = Path("figures")
+FIGURES.mkdir(exist_ok=True)
 mt.manual_seed(0)
 rng = np.random.default_rng(0)
 
@@ -85,6 +90,40 @@ print("library == loop over heads:", np.allclose(library, multi_head_by_hand(x),
 _, weights = mha(mt.tensor(x), mt.tensor(x), mt.tensor(x), return_weights=True)
 print("weights shape (B, H, T, S):", weights.shape)
 print("query 0 in each head:", np.round(weights.numpy()[0, :, 0], 2))
+
+# %% [markdown]
+# ## The split and the merge, drawn
+#
+# Here is what those reshapes and transposes do to the queries of one sentence. Each colour is
+# a head. Its $d_k$ columns of the projected queries (B, T, C) become, after the reshape to
+# (B, T, H, D), a (T, D) block of their own; after the transpose to (B, H, T, D) the heads
+# are a batch axis, and chapter 5's attention runs on every head of every sentence at once.
+# Going back, the transpose and the reshape put the heads side by side again, which is the
+# paper's $\mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)$, and $W^O$ mixes them.
+# The picture is read from the tape of one call of `mha`: the steps and shapes drawn are the
+# library's own.
+
+# %%
+viz.draw_heads(mha, mt.tensor(x), path=FIGURES / "07_heads.png")
+plt.show()
+
+# %% [markdown]
+# ## The tape of multi-head attention
+#
+# The whole layer on the tape, its parameters in green under the names the module gives them.
+# For self-attention the library concatenates $W^Q, W^K, W^V$ (and their biases) into one
+# matrix, so the three projections are one `Linear`, which a `Split` cuts into Q, K and V;
+# each is reshaped and transposed into heads; one `ScaledDotProductAttention` node (chapter 5)
+# serves all heads; a transpose and a reshape merge them; the last `Linear` is $W^O$. The
+# backward walks this picture from the bottom up, and the gradient reaching `w_q.weight` comes
+# back through the `Concat`.
+
+# %%
+x_tensor = mt.tensor(x, requires_grad=True)
+out = mha(x_tensor, x_tensor, x_tensor)
+tape = viz.draw_tape(out, names={**dict(mha.named_parameters()), "x": x_tensor},
+                     rankdir="TB", path=FIGURES / "07_tape.png")
+tape
 
 # %% [markdown]
 # ## The gradient through all of it

@@ -9,15 +9,22 @@
 # of the encoder stack."
 #
 # Chapters 5 to 9 built every piece. This chapter assembles them, follows the shapes of one
-# batch through the whole model, and counts the parameters against Table 3 of the paper.
+# batch through the whole model, draws the model as the paper's Figure 1 and the shapes to
+# scale, and counts the parameters against Table 3 of the paper.
 
 # %%
+from pathlib import Path
+
+import matplotlib.pyplot as plt
 import numpy as np
 
 import minitransformer as mt
+from minitransformer import viz
 from minitransformer.nn import Transformer, TransformerConfig
 from minitransformer.nn.summary import format_table
 
+FIGURES = Path("figures")
+FIGURES.mkdir(exist_ok=True)
 mt.manual_seed(0)
 
 # %% [markdown]
@@ -58,6 +65,42 @@ print("logits          ", logits.shape, "(B, T, vocabulary)")
 # %%
 print("same as model(src, tgt_in):", np.allclose(logits.numpy(), model(src, tgt_in).numpy(),
                                                  atol=1e-6))
+
+# %% [markdown]
+# ## Figure 1, drawn from the model
+#
+# Figure 1 of the paper, "The Transformer - model architecture", draws one layer of each
+# stack with "N×" beside it. `viz.draw_model` draws it from `model` itself, running our batch
+# through it once: every box is a module under the name the model registers
+# (`decoder.layers.0.cross_attn`), every shape beside an arrow is one the forward pass
+# computed. Each sub-layer sits under its Add & Norm, the residual path going around it
+# (§3.1: "LayerNorm(x + Sublayer(x))"); the attention boxes give their masks, padding in the
+# encoder and in cross-attention, causal and padding in the decoder's self-attention, and the
+# shape of their weights (B, H, T, S); the encoder's output, the memory, feeds the
+# cross-attention of every decoder layer; the dashed line joins the two embeddings, which are
+# one table, and the final `Linear` is that table again (§3.4). Both layers of this tiny model
+# are drawn in full (`layers_in_full=None`); `minitransformer plot model --config base` draws
+# the paper's size.
+
+# %%
+viz.draw_model(model, (src, tgt_in), layers_in_full=None, path=FIGURES / "10_model.png")
+plt.show()
+
+# %% [markdown]
+# ## The shapes, to scale
+#
+# The shapes printed above, drawn: each tensor a block with a row per token and the width of
+# its feature axis, a copy behind it for the second sentence. Every layer gives back the
+# (B, L, d_model) it took, which is why the layers stack; only the embedding (ids to
+# d_model), the feed-forward network inside a layer (d_model to d_ff and back) and the output
+# projection (d_model to the vocabulary) change the width. Attention weights are one grid per
+# head, with the first sentence's mask in white: the decoder's self-attention is the causal
+# triangle, and the cross-attention is the one place where a target length meets a source
+# length, a T × S grid.
+
+# %%
+viz.draw_stack_shapes(model, (src, tgt_in), path=FIGURES / "10_shapes.png")
+plt.show()
 
 # %% [markdown]
 # ## The parts and their parameters

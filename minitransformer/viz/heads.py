@@ -44,7 +44,7 @@ def head_steps(attention: MultiHeadAttention, x: Any) -> dict[str, list[tuple[st
     while node.name in ("Reshape", "Transpose"):
         split.append((_step(node), node.output_meta[index][0]))
         node, index = node.next_edges[0]
-    split.append(("queries $x W^Q$" + (" (Split of Q, K, V)" if node.name == "Split" else ""),
+    split.append(("queries $x W^Q$" + (", Split from K, V" if node.name == "Split" else ""),
                   node.output_meta[index][0]))
     return {"split": split[::-1], "merge": merge[::-1]}
 
@@ -93,9 +93,10 @@ def draw_heads(attention: MultiHeadAttention, x: Any, path: str | Path | None = 
     B, _, C = steps["split"][0][1]
     axis.text(0.3, y + 0.25, "Multi-head attention: the heads split and merged (§3.2.2)",
               fontsize=10.5, fontweight="bold")
-    axis.text(0.3, y, f"H = {H} heads of D = {D} columns from C = {C}; the first of B = {B} "
-              f"sentences, one row per token (T = {T}), the first token's row dark",
-              fontsize=8, color="#333333")
+    sentence = "one sentence" if B == 1 else f"the first of B = {B} sentences"
+    axis.text(0.3, y, f"H = {H} heads of D = {D} columns from C = {C}; {sentence}, one row "
+              f"per token (T = {T}), the row of the first token dark", fontsize=8,
+              color="#333333")
     figure.set_size_inches(width, y + 0.6)
     axis.set_xlim(0, width)
     axis.set_ylim(0, y + 0.6)

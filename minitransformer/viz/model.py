@@ -61,7 +61,8 @@ def draw_model(model: Any, batch: tuple = (2, 7, 6), layers_in_full: int | None 
     axis.text(0.1, height - 0.1, f"The Transformer (Figure 1), drawn from minitransformer's "
               f"{type(model).__name__}", fontsize=10, fontweight="bold", va="top")
     axis.text(0.1, height - 0.32, f"N = {c.n_layers}, d_model = {c.d_model}, h = {c.n_heads}, "
-              f"d_ff = {c.d_ff}, V = {c.tgt_vocab_size:,}, {'pre' if c.pre_norm else 'post'}-LN;"
+              f"d_ff = {c.d_ff}, V = {c.tgt_vocab_size:,}, P_drop = {c.p_dropout:g}, "
+              f"{'pre' if c.pre_norm else 'post'}-LN;"
               f" shapes of a batch (B, S, T) = ({call.inputs[0][0]}, {call.inputs[0][1]}, "
               f"{call.inputs[1][1]})", fontsize=7.5, va="top", color="#333333")
     width = right.x + WIDTH + 0.75

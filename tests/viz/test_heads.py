@@ -28,7 +28,7 @@ def batch(B=2, T=5, C=16):
 
 def test_the_steps_and_shapes_are_those_on_the_tape():
     steps = head_steps(MultiHeadAttention(16, 4), batch())
-    assert steps["split"] == [("queries $x W^Q$ (Split of Q, K, V)", (2, 5, 16)),
+    assert steps["split"] == [("queries $x W^Q$, Split from K, V", (2, 5, 16)),
                               ("reshape(2, 5, 4, 4)", (2, 5, 4, 4)),
                               ("transpose(0, 2, 1, 3)", (2, 4, 5, 4))]
     assert [shape for _, shape in steps["merge"]] == [(2, 4, 5, 4), (2, 5, 4, 4), (2, 5, 16),
