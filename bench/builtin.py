@@ -1,6 +1,6 @@
 """Train the `tiny` Transformer on the built-in task with `minitransformer train`'s defaults.
 
-    python bench/builtin.py                        # results in bench/results/builtin/
+    python bench/builtin.py                        # results in bench/results/builtin.<machine>/
     python bench/builtin.py --out /tmp/builtin     # elsewhere
 
 This is the run the README quotes: `minitransformer train` with nothing but a run folder
@@ -8,7 +8,8 @@ This is the run the README quotes: `minitransformer train` with nothing but a ru
 timed, then `minitransformer evaluate` on its final checkpoint with beam 4 and greedy search.
 The checkpoints stay in a scratch run folder (--run, by default a temporary one); what is
 kept in --out is text: the command lines, the trainer's output, its log.jsonl, run.json and
-results.json, the test translations, both evaluations and a summary (builtin.json).
+results.json, the test translations, both evaluations and a summary (builtin.json, with the
+machine and the commit it ran at).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import machine
+from machine import commit, kind, machine
 
 KEPT = ("run.json", "log.jsonl", "results.json", "test.greedy.txt", "test.beam4.txt")
 
@@ -41,18 +42,10 @@ def run(command: list[str], log: Path) -> tuple[str, float]:
     return done.stdout, seconds
 
 
-def source_version() -> dict:
-    """The commit the package was at, and the files of the package changed since (if any)."""
-    root = Path(__file__).resolve().parents[1]
-    git = lambda *a: subprocess.run(["git", *a], cwd=root, capture_output=True,  # noqa: E731
-                                    text=True).stdout.rstrip()
-    return {"commit": git("rev-parse", "HEAD"),
-            "changed": git("status", "--porcelain", "--", "minitransformer").splitlines()}
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "builtin"))
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"
+                                             / f"builtin.{kind()}"))
     parser.add_argument("--run", default=None, help="run folder for the checkpoints "
                         "(default: a temporary folder, removed at the end)")
     args = parser.parse_args(argv)
@@ -61,7 +54,7 @@ def main(argv=None):
     scratch = None if args.run else tempfile.mkdtemp(prefix="builtin-")
     run_dir = Path(args.run or scratch) / "builtin-tiny"
     cli = [sys.executable, "-m", "minitransformer"]
-    version = source_version()
+    version = commit()
 
     train = [*cli, "train", "--out", str(run_dir), "--no-progress"]
     _, train_seconds = run(train, out / "train.txt")
@@ -78,8 +71,8 @@ def main(argv=None):
     summary = {
         "benchmark": "built-in task, `minitransformer train` defaults (tiny model)",
         "train_command": " ".join(train[1:]), "train_seconds": round(train_seconds, 1),
-        "train_results": trained, "evaluate": evaluations, "source": version,
-        "machine": machine()}
+        "train_results": trained, "evaluate": evaluations, "machine": machine(),
+        "commit": version}
     (out / "builtin.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"trained in {train_seconds / 60:.1f} minutes; test BLEU "
           f"{evaluations['beam4']['bleu']:.2f} beam 4, {evaluations['greedy']['bleu']:.2f} "

@@ -1,13 +1,16 @@
 """The Markdown tables of bench/compare_torch.py, from the results it collected.
 
-    report(results)            the whole Markdown report (bench/results/compare_torch.md)
-    training_table, mfu_table, memory_table, decoding_tables    one section each
+    report(results)     the whole Markdown report (bench/results/compare_torch.<machine>.md)
+    training_table, mfu_table, memory_table, decoding_tables, batch_size_table
+                        one section each
 
 Ratios are minitransformer / torch in throughput (above 1: minitransformer is faster) and in
 memory (above 1: it uses more).
 """
 
 from __future__ import annotations
+
+import statistics
 
 IMPLS = ("minitransformer", "torch")
 MiB = 2 ** 20
@@ -95,6 +98,20 @@ def decoding_tables(decoding: dict) -> str:
     return f"{speed}\n\n{cache}"
 
 
+def batch_size_table(sizes: dict) -> str:
+    """Beam search at each batch size: median seconds of each library and their ratio."""
+    rows = []
+    for size in sizes["sizes"]:
+        ours, theirs = (statistics.median(sizes["seconds"][f"{impl} {size}"]) for impl in IMPLS)
+        rows.append([size, f"{ours:.2f}", f"{theirs:.2f}",
+                     f"{sizes['ratio_at_size'][str(size)]:.2f}"])
+    best = sizes["best_size"]
+    return (table(["batch size", "minitransformer s", "torch s", "ratio"], rows)
+            + f"\n\nEach at its fastest size (minitransformer {best['minitransformer']}, torch "
+            f"{best['torch']}): {sizes['ratio_at_best_sizes']:.2f}. The same hypotheses at "
+            f"every size and in both: {sizes['same_hypotheses']}.")
+
+
 def _alternation(decoding: dict) -> str:
     """How the timed runs of the two implementations were interleaved."""
     if decoding.get("alternation") == "batch":
@@ -109,19 +126,23 @@ def report(results: dict) -> str:
     """The Markdown report of a run: every part it measured (a run with --only has fewer)."""
     m = results["machine"]
     parity = "; ".join(f"{name}: float64 {p['float64']['worst']:.1e}, float32 "
-                       f"{p['float32']['worst']:.1e}" for name, p in results["parity"].items())
+                       f"{p['float32']['worst']:.1e}"
+                       for name, p in results.get("parity", {}).items())
     parts = [
         "## minitransformer vs PyTorch eager\n",
         f"{m['cpu']}, {m['cores']} cores, {m['threads']} threads for both; NumPy "
         f"{m['numpy']} ({m['numpy_blas']}), torch {m['torch']} ({m['torch_blas']}); device "
         f"{results['device']}"
         + (f" ({m['gpu']}, CuPy {m['cupy']}, CUDA {m['torch_cuda']})" if "gpu" in m else "")
-        + f"; {results['date']}. Vocabulary {results['vocab_size']}. "
+        + (f"; {results['date']}" if "date" in results else "")
+        + (f"; commit {results['commit']}" if "commit" in results else "")
+        + f". Vocabulary {results['vocab_size']}. "
         "Ratios are minitransformer / torch in throughput: above 1, minitransformer is faster "
         "(memory: above 1, it uses more).\n",
-        f"Parity first (dropout off, a padded batch; worst relative error of logits, loss and "
-        f"every gradient): {parity}.\n",
     ]
+    if parity:
+        parts.append("Parity first (dropout off, a padded batch; worst relative error of "
+                     f"logits, loss and every gradient): {parity}.\n")
     if "training" in results:
         peak = results["matmul_peak"]
         parts += [
@@ -150,15 +171,25 @@ def report(results: dict) -> str:
             "### Decoding\n",
             f"{d['inputs']}; batches of {d['batch_size']} sentences, length penalty α "
             f"{d['length_penalty']}, at most {d['max_len']} tokens; the same algorithm on both "
-            "sides (bench/torch_model.py ports minitransformer/decode.py: with the cache, a "
-            "sentence's beams share one row of cross-attention keys and values); each case "
-            f"runs {d['repeats']} times per side, {_alternation(d)}, and the ratio is the "
-            "median of the per-run ratios. Without the cache every step decodes the whole "
+            "sides (bench/torch_model.py ports minitransformer/translation/decode.py: with the "
+            "cache, a sentence's beams share one row of cross-attention keys and values); each "
+            f"case runs {d['repeats']} times per side, {_alternation(d)}, and the ratio is "
+            "the median of the per-run ratios. Without the cache every step decodes the whole "
             "prefix again (all its positions, through the output projection too, as "
             "`Transformer.decode` does). The forced case decodes the first batch with an EOS "
             "id that no step can produce, so every sentence runs "
             f"{d['forced_length']['length']} steps.\n",
             decoding_tables(d) + "\n",
+        ]
+    if "decoding_batch_sizes" in results:
+        d = results["decoding_batch_sizes"]
+        parts += [
+            "### Beam search at each batch size\n",
+            f"{d['inputs']}; beam {d['beam_size']} with the key/value cache; in each of "
+            f"{d['repeats']} rounds every (library, batch size) pair decodes all the sentences "
+            "once, the pairs in turn, the order reversed every other round; median seconds, "
+            "and the ratio of the medians.\n",
+            batch_size_table(d) + "\n",
         ]
     parts += ["### CUDA\n", results["cuda"] if isinstance(results["cuda"], str)
               else f"Measured above, on {results['machine'].get('gpu')}.", ""]

@@ -3,6 +3,7 @@
     python bench/compare_torch.py               # small and base, about 15 minutes on 2 cores
     python bench/compare_torch.py --quick       # smoke test: small, lengths 16 32, 1 repeat
     python bench/compare_torch.py --only decoding   # parity, then one part (a few minutes)
+    python bench/compare_torch.py --only decoding --decode-batch 50 100 200 256 500
     python bench/compare_torch.py --device cuda # both on a GPU (CuPy and CUDA PyTorch)
 
 Needs ``pip install torch==2.13.0`` (only bench/ imports torch). The PyTorch model is
@@ -18,15 +19,21 @@ One run measures, in order:
    divided by NumPy's own float32 matmul rate measured in the same run.
 4. Peak memory of two training steps, each implementation in a fresh subprocess.
 5. Decoding: greedy and beam search, with and without the key/value cache, the same
-   algorithm on both sides (torch_model.py ports minitransformer/decode.py), each case
+   algorithm on both sides (torch_model.py ports translation/decode.py), each case
    --decode-repeats times per side, alternating run by run (--decode-alternation batch: batch
    by batch), in batches of the size minitransformer's translate takes (128 sentences per
    CPU thread, at most 256; --decode-batch for another, the same for both), and a forced
    length (an EOS id that no step can produce) to see what the cache saves at 50 tokens.
+   Given several sizes, --decode-batch times beam search with the cache at each size instead
+   (every pair of library and size decodes all the sentences once a round, the pairs in turn,
+   the order reversed every other round): which size suits which library, and the ratio at
+   each size and at each library's own best.
 
-Writes every raw timing as JSON (--output) and the tables as Markdown (--markdown). NumPy's
-BLAS reads its thread count only when it loads, so the script runs itself again with
-OMP/OPENBLAS/MKL_NUM_THREADS set to --threads when the environment says otherwise.
+Writes every raw timing as JSON, with the commit it ran at (--output; by default
+bench/results/compare_torch.<machine>[.<parts>].json, the machine's kind as machine.py names
+it: epyc, xeon, h100), and the tables as Markdown (--markdown). NumPy's BLAS reads its thread
+count only when it loads, so the script runs itself again with OMP/OPENBLAS/MKL_NUM_THREADS
+set to --threads when the environment says otherwise.
 """
 
 from __future__ import annotations
@@ -49,13 +56,14 @@ import torch
 from compare_report import (
     IMPLS,
     MiB,
+    batch_size_table,
     decoding_tables,
     memory_table,
     mfu_table,
     report,
     training_table,
 )
-from machine import cpu_name
+from machine import commit, cpu_name, kind
 from parity_torch import KINK_MARGIN, batch_away_from_kinks, relative
 from torch_model import TorchTransformer, copy_weights
 from torch_model import beam_search as torch_beam_search
@@ -64,17 +72,17 @@ from torch_model import greedy_decode as torch_greedy_decode
 import minitransformer as mt
 from minitransformer import backend
 from minitransformer import functional as F
-from minitransformer.checkpoint import load_checkpoint, restore_model
-from minitransformer.corpus import load_corpus
 from minitransformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
-from minitransformer.decode import beam_search, greedy_decode
 from minitransformer.nn import Transformer, TransformerConfig
 from minitransformer.optim import Adam
-from minitransformer.translator import default_batch_size
+from minitransformer.translation.checkpoint import load_checkpoint, restore_model
+from minitransformer.translation.corpus import load_corpus
+from minitransformer.translation.decode import beam_search, greedy_decode
+from minitransformer.translation.translator import default_batch_size
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parents[1] / "shared" / "data" / "multi30k"
-CHECKPOINT = HERE / "results" / "multi30k" / "checkpoints" / "last.npz"
+CHECKPOINT = HERE / "results" / f"multi30k.{kind()}" / "checkpoints" / "last.npz"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -394,8 +402,8 @@ def decoding_inputs(args) -> tuple:
     batches of --decode-batch sentences (default: what minitransformer's translate takes)."""
     model, sources, what = decoding_sources(args)
     if args.decode_batch is None:  # what minitransformer's translate would take here
-        args.decode_batch = default_batch_size(model)
-    return model, padded_batches(sources, args.decode_batch), what
+        args.decode_batch = [default_batch_size(model)]
+    return model, padded_batches(sources, args.decode_batch[0]), what
 
 
 def model_pair(ours, device: str) -> dict:
@@ -427,7 +435,7 @@ def decoding_sources(args) -> tuple:
         sources = [rng.integers(4, args.vocab_size, size=n).tolist()
                    for n in rng.integers(8, 21, size=args.sentences)]
         what = f"random-weight small model, {len(sources)} random sources of 8-20 ids"
-    sources.sort(key=len)  # as minitransformer.translator: little padding per batch
+    sources.sort(key=len)  # as translation.translator: little padding per batch
     return model, sources, what
 
 
@@ -489,7 +497,7 @@ def time_decoding(args) -> dict:
     ours, batches, what = decoding_inputs(args)
     models = model_pair(ours, args.device)
     n = sum(len(b) for b in batches)
-    print(f"  {what}, batches of {args.decode_batch}", flush=True)
+    print(f"  {what}, batches of {args.decode_batch[0]}", flush=True)
     for impl in IMPLS:  # warm-up on the first batch: a library's first call at a new size
         for algorithm in ("greedy", "beam"):  # may pay once (PyTorch's first took 4x longer)
             decode_all(impl, models[impl], batches[:1], algorithm, True, args)
@@ -552,7 +560,7 @@ def time_decoding(args) -> dict:
     print(f"  forced {args.forced_length} tokens: cache speed-up minitransformer "
           f"{forced['minitransformer']['speedup']:.1f}x, torch {forced['torch']['speedup']:.1f}x",
           flush=True)
-    return {"inputs": what, "batch_size": args.decode_batch, "beam_size": args.beam,
+    return {"inputs": what, "batch_size": args.decode_batch[0], "beam_size": args.beam,
             "repeats": args.decode_repeats, "alternation": args.decode_alternation,
             "length_penalty": args.alpha, "max_len": "each source's length + 50",
             "cases": cases, "cache_speedup": cache_speedup, "forced_length": forced}
@@ -560,6 +568,41 @@ def time_decoding(args) -> dict:
 
 def _identical(a: list, b: list) -> float:
     return sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
+
+
+def time_batch_sizes(args) -> dict:
+    """Beam search with the cache at each of the --decode-batch sizes: in each of
+    --decode-repeats rounds every (library, size) pair decodes all the sentences once, the
+    pairs in turn, the order reversed every other round."""
+    ours, sources, what = decoding_sources(args)
+    sizes = args.decode_batch
+    batches = {size: padded_batches(sources, size) for size in sizes}
+    models = model_pair(ours, args.device)
+    for impl in IMPLS:  # warm-up, as time_decoding
+        decode_all(impl, models[impl], batches[sizes[0]][:1], "beam", True, args)
+    print(f"  {what}", flush=True)
+    pairs = [(impl, size) for size in sizes for impl in IMPLS]
+    seconds: dict[tuple, list[float]] = {pair: [] for pair in pairs}
+    hyps: dict[tuple, list] = {}
+    for round_ in range(args.decode_repeats):
+        for impl, size in (pairs if round_ % 2 == 0 else pairs[::-1]):
+            elapsed, hyps[impl, size] = decode_all(impl, models[impl], batches[size], "beam",
+                                                   True, args)
+            seconds[impl, size].append(elapsed)
+        print(f"  round {round_}: " + ", ".join(
+            f"{impl} {size} {seconds[impl, size][-1]:.2f} s" for impl, size in pairs), flush=True)
+    median = {pair: statistics.median(s) for pair, s in seconds.items()}
+    best = {impl: min(sizes, key=lambda size: median[impl, size]) for impl in IMPLS}
+    return {
+        "inputs": what, "beam_size": args.beam, "repeats": args.decode_repeats, "sizes": sizes,
+        "seconds": {f"{impl} {size}": seconds[impl, size] for impl, size in pairs},
+        "ratio_at_size": {str(size): median["torch", size] / median["minitransformer", size]
+                          for size in sizes},
+        "best_size": best,
+        "ratio_at_best_sizes": (median["torch", best["torch"]]
+                                / median["minitransformer", best["minitransformer"]]),
+        "same_hypotheses": all(h == hyps[pairs[0]] for h in hyps.values()),
+    }
 
 
 # ----------------------------------------------------------------------------- main
@@ -614,18 +657,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of both")
     parser.add_argument("--memory-lengths", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--sentences", type=int, default=500)
-    parser.add_argument("--decode-batch", type=int, default=None,
+    parser.add_argument("--decode-batch", type=int, nargs="+", default=None,
                         help="sentences per decoding batch, the same for both (default: what "
                              "minitransformer's translate takes, 128 per CPU thread up to "
-                             "256, so 256 with 2 threads; earlier runs used 100)")
+                             "256, so 256 with 2 threads); several sizes: beam search with "
+                             "the cache at each size instead of the decoding cases")
     parser.add_argument("--decode-repeats", type=int, default=6,
-                        help="runs of each decoding case per implementation (even: each "
-                             "batch is decoded first by either as often)")
+                        help="runs of each decoding case per implementation, or rounds over "
+                             "the batch sizes (even: each goes first as often)")
     parser.add_argument("--decode-alternation", choices=["run", "batch"], default="run",
                         help="run: each timed run decodes every batch with one library, then "
                              "with the other (what a user of either sees); batch: every batch "
                              "by both, one straight after the other (less of the machine's "
-                             "drift; whether it is neutral: bench/alternation_check.py)")
+                             "drift)")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty α")
     parser.add_argument("--forced-length", type=int, default=50)
@@ -637,7 +681,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "lengths 16 32, 1 repeat, 100 sentences, memory at 32")
     parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS),
                         help="measure only these parts (parity always runs first)")
-    parser.add_argument("--output", help="JSON (default bench/results/compare_torch[.cuda]"
+    parser.add_argument("--output", help="JSON (default bench/results/compare_torch.<machine>"
                         "[.quick][.<parts>].json)")
     parser.add_argument("--markdown", help="Markdown tables (default: --output with .md)")
     parser.add_argument("--_memory-worker", dest="memory_worker", help=argparse.SUPPRESS)
@@ -647,9 +691,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.sentences, args.memory_lengths = min(args.sentences, 100), [32]
         args.decode_repeats = 1
     if args.output is None:
-        suffix = (".cuda" if args.device == "cuda" else "") + (".quick" if args.quick else "")
-        if set(args.only) != set(PARTS):  # a partial run does not replace the full results
-            suffix += "." + "-".join(part for part in PARTS if part in args.only)
+        gpu = args.device == "cuda" and torch.cuda.is_available()
+        suffix = "." + kind(torch.cuda.get_device_name() if gpu else None)
+        suffix += ".quick" if args.quick else ""
+        parts = [part for part in PARTS if part in args.only]
+        if "decoding" in parts and len(args.decode_batch or ()) > 1:
+            parts[parts.index("decoding")] = "decoding-batch-sizes"
+        if parts != list(PARTS):  # a partial run does not replace the full results
+            suffix += "." + "-".join(parts)
         args.output = str(HERE / "results" / f"compare_torch{suffix}.json")
     args.markdown = args.markdown or str(Path(args.output).with_suffix(".md"))
     return args
@@ -677,7 +726,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "benchmark": "minitransformer vs PyTorch eager: parity, training step, MFU, memory, "
                      "decoding", "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "device": args.device, "machine": machine_info(args), "vocab_size": args.vocab_size,
+        "device": args.device, "machine": machine_info(args), "commit": commit(),
+        "vocab_size": args.vocab_size,
         "tokens": args.tokens, "configs": {
             name: {**c.to_dict(), "num_parameters": Transformer(c).num_parameters()}
             for name, c in configs.items()},
@@ -721,7 +771,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if "memory" in args.only:
         measure_all_memory(results, configs, args)
-    if "decoding" in args.only:
+    if "decoding" in args.only and len(args.decode_batch or ()) > 1:
+        print("\n== 5. beam search at each batch size", flush=True)
+        results["decoding_batch_sizes"] = time_batch_sizes(args)
+        print(batch_size_table(results["decoding_batch_sizes"]), flush=True)
+    elif "decoding" in args.only:
         print("\n== 5. decoding", flush=True)
         results["decoding"] = time_decoding(args)
         print(decoding_tables(results["decoding"]), flush=True)

@@ -7,7 +7,8 @@
 # 2. the whole test suite, where every test parametrized over devices also runs on "cuda" and
 #    tests/test_cuda.py checks the fused kernels against the NumPy path (pytest-xdist if
 #    present: the suite is CPU-bound apart from those);
-# 3. bench/compare_torch.py --device cuda (CuPy against CUDA PyTorch), with the options given.
+# 3. bench/compare_torch.py --device cuda (CuPy against CUDA PyTorch), with the options given;
+#    its results go to bench/results/compare_torch.<gpu>.{json,md} (h100 on an NVIDIA H100).
 #
 # Needs CuPy, PyTorch with CUDA, and the project's dependencies importable; the project itself
 # is used in place (PYTHONPATH), so nothing is installed. Logs go to LOG_DIR.

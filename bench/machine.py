@@ -1,14 +1,19 @@
-"""What machine a benchmark ran on, for its results file: the processor's model name (from
-/proc/cpuinfo where there is one), the cores, Python and NumPy."""
+"""What a benchmark ran on and at which commit, for its results file: the processor's model
+name (from /proc/cpuinfo where there is one), the cores, Python and NumPy; a short name of
+the machine kind for the file names ("epyc", "xeon", "h100"); the git commit."""
 
 from __future__ import annotations
 
 import os
 import platform
+import re
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def cpu_name() -> str:
@@ -25,3 +30,31 @@ def machine() -> dict:
     return {"processor": platform.processor() or platform.machine(), "cpu": cpu_name(),
             "cpu_count": os.cpu_count(), "python": sys.version.split()[0],
             "numpy": np.__version__}
+
+
+def kind(gpu: str | None = None) -> str:
+    """The machine kind that names results files: the GPU's model when one is given
+    ("NVIDIA H100 80GB HBM3" -> "h100"), else the processor's family ("AMD EPYC" -> "epyc",
+    "Intel(R) Xeon(R) Processor" -> "xeon")."""
+    vendors = {"nvidia", "tesla", "geforce", "intel", "amd", "processor", "cpu"}
+    name = re.sub(r"\((r|tm)\)", " ", (gpu or cpu_name()).lower())
+    words = [w for w in re.findall(r"[a-z0-9]+", name) if w not in vendors]
+    return words[0] if words else platform.machine().lower()
+
+
+def commit() -> str:
+    """The short hash of the checked-out commit, with "-dirty" when the package or bench/
+    (results aside) differ from it; "unknown" outside a git checkout."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                                  check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return ""
+
+    head = git("rev-parse", "--short", "HEAD")
+    if not head:
+        return "unknown"
+    changed = git("status", "--porcelain", "--", "minitransformer", "bench",
+                  ":(exclude)bench/results")
+    return head + ("-dirty" if changed else "")

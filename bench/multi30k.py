@@ -1,6 +1,6 @@
 """Train the `small` Transformer on Multi30k German->English for a fixed wall-clock budget.
 
-    python bench/multi30k.py                       # 45 minutes, results in bench/results/
+    python bench/multi30k.py            # 45 minutes; bench/results/multi30k.<machine>/
     python bench/multi30k.py --minutes 2 --out /tmp/smoke   # a quick smoke run
 
 The recipe is the one of the PyTorch reference it is compared with: post-LN, d_model 256, 3+3
@@ -25,16 +25,16 @@ from pathlib import Path
 import minitransformer as mt  # first: it sets OPENBLAS_THREAD_TIMEOUT before NumPy loads
 
 # isort: split
-from machine import machine
+from machine import commit, kind, machine
 
 from minitransformer import viz
-from minitransformer.checkpoint import load_checkpoint, restore_model
-from minitransformer.cli.translate import score
-from minitransformer.corpus import load_corpus, prepare
 from minitransformer.data.batching import TokenBatcher
 from minitransformer.data.tokenizer import Tokenizer
 from minitransformer.nn import Transformer, TransformerConfig
-from minitransformer.train import TrainConfig, Trainer
+from minitransformer.translation.checkpoint import load_checkpoint, restore_model
+from minitransformer.translation.corpus import load_corpus, prepare
+from minitransformer.translation.scoring import score
+from minitransformer.translation.training import TrainConfig, Trainer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
@@ -43,7 +43,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(SHARED), help="a Multi30k folder")
     parser.add_argument("--minutes", type=float, default=45.0)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "multi30k"))
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"
+                                             / f"multi30k.{kind()}"))
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -76,7 +77,7 @@ def main(argv=None):
         "epochs": trainer.state["epoch"] + trainer.state["batch"] / steps_per_epoch,
         "train_seconds": round(trainer.state["elapsed"], 1),
         "tokens_per_s": trainer.state["tokens"] / trainer.state["elapsed"],
-        "machine": machine(),
+        "machine": machine(), "commit": commit(),
         "validations": _validations(out / "log.jsonl"), "test": {},
     }
     for name in ("last", "averaged"):

@@ -1,7 +1,7 @@
 """The recipe of bench/multi30k.py in PyTorch eager, for the same-machine reference BLEU.
 
     pip install torch==2.13.0                   # for bench/ only
-    python bench/multi30k_torch.py              # 45 minutes, results in bench/results/
+    python bench/multi30k_torch.py      # 45 minutes; bench/results/multi30k_torch.<machine>/
     python bench/multi30k_torch.py --minutes 2 --out /tmp/smoke
 
 Everything but the training arithmetic is minitransformer's, so that the two runs differ in
@@ -10,11 +10,12 @@ the same shuffled order (TokenBatcher, seed 0), the same initial weights (a mini
 model built with the seed, copied into bench/torch_model.py's TorchTransformer), the same
 schedule (noam_rate at factor 0.7, 800 warmup steps), the same validation after every epoch
 inside the budget (label-smoothed loss, and BLEU of greedy translations of the 1,014
-validation sentences, decoded by torch_model.greedy_decode in translator.py's batches). Torch
-draws its own dropout masks. After the budget, the last weights and the average of the last
-five epochs' are copied back into a minitransformer model and test_2016_flickr is translated
-and scored by bench/multi30k.py's score_test_set (decode.py's search gives the same outputs as
-torch_model.py's port of it; compare_torch.py checks that).
+validation sentences, decoded by torch_model.greedy_decode in the batches of
+translation/translator.py). Torch draws its own dropout masks. After the budget, the last
+weights and the average of the last five epochs' are copied back into a minitransformer model
+and test_2016_flickr is translated and scored by bench/multi30k.py's score_test_set
+(translation/decode.py's search gives the same outputs as torch_model.py's port of it;
+compare_torch.py checks that).
 """
 
 from __future__ import annotations
@@ -30,16 +31,16 @@ import minitransformer as mt  # first: it sets OPENBLAS_THREAD_TIMEOUT before Nu
 
 # isort: split
 import torch
-from machine import machine
+from machine import commit, kind, machine
 from multi30k import score_test_set
 from sacrebleu.metrics import BLEU
 from torch_model import TorchTransformer, copy_weights
 from torch_model import greedy_decode as torch_greedy_decode
 
-from minitransformer.corpus import load_corpus, prepare
 from minitransformer.data.batching import TokenBatcher, batches_in_order
 from minitransformer.nn import Transformer, TransformerConfig
 from minitransformer.optim import noam_rate
+from minitransformer.translation.corpus import load_corpus, prepare
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 MAX_TOKENS, WARMUP, LR_SCALE, SMOOTHING, KEEP_LAST = 4000, 800, 0.7, 0.1, 5
@@ -99,7 +100,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(SHARED), help="a Multi30k folder")
     parser.add_argument("--minutes", type=float, default=45.0)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "multi30k-torch"))
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"
+                                             / f"multi30k_torch.{kind()}"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
@@ -161,7 +163,8 @@ def main(argv=None) -> None:
         "seed": args.seed, "torch": torch.__version__, "threads": args.threads,
         "config": config.to_dict(), "steps": step,
         "epochs": step / steps_per_epoch, "train_seconds": round(elapsed, 1),
-        "tokens_per_s": tokens / elapsed, "machine": machine(), "validations": validations,
+        "tokens_per_s": tokens / elapsed, "machine": machine(), "commit": commit(),
+        "validations": validations,
         "averaged_epochs": len(kept), "test": {}}
     for name, state in (("last", last), ("averaged", averaged)):
         results["test"].update(score_test_set(name, into_minitransformer(state, config),

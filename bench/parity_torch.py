@@ -3,6 +3,8 @@
     pip install torch==2.13.0      # for this script only; the package never imports torch
     python bench/parity_torch.py   # exits 1 if anything disagrees
 
+What it prints is also written to --output (bench/results/parity_torch.<machine>.txt).
+
 Builds a minitransformer model, builds the same architecture from PyTorch primitives (the
 paper's layout: post-LN, sinusoidal positions, embeddings scaled by √d_model and tied three
 ways, padding embedded to zero), copies every weight across, runs one batch with padding
@@ -20,11 +22,16 @@ with an untied output projection.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import math
+import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
+from machine import commit, cpu_name, kind
 
 import minitransformer as mt
 from minitransformer import functional as F
@@ -217,21 +224,44 @@ def check_variant(config: TransformerConfig) -> bool:
     return compare("float64", 1e-8, config, batch) & compare("float32", 1e-3, config, batch)
 
 
+class Tee(io.StringIO):
+    """Writes to ``stream`` and keeps a copy of what it was given, for the results file."""
+
+    def __init__(self, stream):
+        super().__init__()
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        return super().write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="small")
     parser.add_argument("--vocab-size", type=int, default=1000)
     parser.add_argument("--variant", choices=sorted(VARIANTS), action="append",
                         help="only this layout (repeatable; default: all)")
+    parser.add_argument("--output", default=str(Path(__file__).parent / "results"
+                                                / f"parity_torch.{kind()}.txt"),
+                        help="where the report printed is also written")
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
     ok = True
-    for name in args.variant or VARIANTS:
-        config = TransformerConfig.named(args.config, args.vocab_size, p_dropout=0.0,
-                                         **VARIANTS[name])
-        print(f"{args.config}, {name}:")
-        ok &= check_variant(config)
-    print("parity: " + ("every number agrees" if ok else "DISAGREEMENT"))
+    with contextlib.redirect_stdout(Tee(sys.stdout)) as report:
+        print(f"{cpu_name()} ({os.cpu_count()} cores), torch {torch.__version__}; "
+              f"commit {commit()}")
+        for name in args.variant or VARIANTS:
+            config = TransformerConfig.named(args.config, args.vocab_size, p_dropout=0.0,
+                                             **VARIANTS[name])
+            print(f"{args.config}, {name}:")
+            ok &= check_variant(config)
+        print("parity: " + ("every number agrees" if ok else "DISAGREEMENT"))
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(report.getvalue())
     return 0 if ok else 1
 
 

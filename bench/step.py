@@ -1,6 +1,6 @@
 """Time one training step of the `small` Transformer: forward, backward and Adam update.
 
-    python bench/step.py                      # prints a table, writes bench/results/step.json
+    python bench/step.py                      # a table, and bench/results/step.<machine>.json
     python bench/step.py --repeats 10 --lengths 16 32 64
 
 Each case is a batch of random token ids at one sequence length (source = target length),
@@ -21,7 +21,7 @@ import minitransformer as mt  # first: it sets OPENBLAS_THREAD_TIMEOUT before Nu
 
 # isort: split
 import numpy as np
-from machine import machine
+from machine import commit, kind, machine
 
 from minitransformer import functional as F
 from minitransformer.nn import Transformer, TransformerConfig
@@ -49,7 +49,8 @@ def main(argv=None):
     parser.add_argument("--tokens", type=int, default=4000, help="target tokens per batch")
     parser.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64, 128])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--output", default=str(Path(__file__).parent / "results" / "step.json"))
+    parser.add_argument("--output", default=str(Path(__file__).parent / "results"
+                                                / f"step.{kind()}.json"))
     args = parser.parse_args(argv)
 
     mt.manual_seed(0)
@@ -79,7 +80,7 @@ def main(argv=None):
         "benchmark": "training step (forward, backward, Adam) of minitransformer",
         "config": config.to_dict(), "config_name": args.config,
         "num_parameters": model.num_parameters(), "device": mt.current_device(),
-        "machine": machine(),
+        "machine": machine(), "commit": commit(),
         "repeats": args.repeats, "rows": rows,
     }
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -13,8 +13,8 @@ exactly what ``minitransformer.nn.Transformer`` computes:
 
 Parameter names are minitransformer's (LayerNorm's ``gain`` is torch's ``weight``), so
 ``copy_weights`` moves a model across. ``greedy_decode`` and ``beam_search`` are ports of
-minitransformer/decode.py: the same stopping rules, the key/value cache reordered with the
-beams, and ``use_cache=False`` decoding every prefix again.
+minitransformer/translation/decode.py: the same stopping rules, the key/value cache reordered
+with the beams, and ``use_cache=False`` decoding every prefix again.
 
     B batch   S source length   T target length   C d_model   H heads   D = C / H
     V vocabulary   K beam size   A sentences still searching
@@ -29,8 +29,8 @@ import torch
 from torch import nn
 
 import minitransformer as mt
-from minitransformer.decode import gnmt_length_penalty
 from minitransformer.nn import TransformerConfig
+from minitransformer.translation.decode import gnmt_length_penalty
 
 
 class KVCache:
