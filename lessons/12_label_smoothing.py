@@ -115,4 +115,4 @@ for smoothing in (0.0, 0.1):
 #    $V - 1$ (or $V - 2$) wrong classes only. Derive the gradient for that choice.
 # 2. Why must padding positions be excluded from the average rather than given a zero target?
 # 3. With $V = 8000$ and $\epsilon = 0.1$, what is the loss floor? Compare with the validation
-#    losses in `bench/results/multi30k/log.jsonl`.
+#    losses in `bench/results/multi30k.xeon/log.jsonl`.
