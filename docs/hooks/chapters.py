@@ -1,5 +1,5 @@
 """MkDocs hook: the course's chapters, run during the build and put on the site with their
-outputs.
+outputs; and the home page's picture of the model, drawn from the code.
 
 Each lesson in lessons/ is run top to bottom in a Jupyter kernel, in its full mode (the mode
 a student runs, not the tests' fast mode), by ``minitransformer.course.notebooks``. Its page
@@ -7,6 +7,9 @@ shows every code cell with what it printed and the figures it drew; beside the p
 offers the executed notebook (outputs included) and the script for download. A chapter that
 raises fails the build, and so does one that shows no output, or fewer figures than it saved
 as files (a figure drawn but never shown).
+
+The home page's Figure 1 (img/model.svg) is drawn by ``viz.draw_model`` from the `small`
+configuration at each build, so it cannot fall out of step with the model.
 
 Running all 21 chapters takes a few minutes on two cores (most of it chapters 14 and 16,
 which train). Results are cached in .cache/chapters/, keyed by the lesson's text and the
@@ -16,6 +19,7 @@ package's source, so a rebuild runs only what changed.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import tempfile
@@ -73,8 +77,28 @@ def _executed(lesson: Path) -> tuple[nbformat.NotebookNode, int]:
     return notebook, written
 
 
+def model_picture() -> bytes:
+    """Figure 1 of the paper drawn from the `small` model, as SVG (the same bytes each build:
+    no date, fixed element ids)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from minitransformer import viz
+    from minitransformer.nn import TransformerConfig
+
+    figure = viz.draw_model(TransformerConfig.named("small", 8000), batch=(2, 7, 6))
+    svg = io.BytesIO()
+    with matplotlib.rc_context({"svg.hashsalt": "minitransformer"}):
+        figure.savefig(svg, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(figure)
+    return svg.getvalue()
+
+
 @mkdocs.plugins.event_priority(50)
 def on_files(files: Files, config: dict) -> Files:
+    files.append(File.generated(config, "img/model.svg", content=model_picture()))
     for lesson in chapters():
         stem = lesson.stem
         notebook, written = _executed(lesson)
