@@ -8,12 +8,12 @@ rather than an error; sources longer than the model's positional table are cut t
 Batches hold SENTENCES_PER_THREAD sentences for each CPU thread, at most MAX_CPU_BATCH:
 decoding splits a batch into one share per thread (decode.py), and a step costs a few
 milliseconds of fixed work per share whatever its size, so a share of about 128 sentences
-spreads that cost over enough of them. With 2 threads, batches of 256 decoded 1,000 Multi30k
-test sentences 1.25× (beam 4) and 1.63× (greedy) as fast as batches of 64, and batches of 512
-no faster than 256; on one thread 128 was the best size for beam search, 128 and 256 even for
-greedy decoding (bench/translate_batch.py, on a 2-core AMD EPYC). The cap keeps the memory of
-a batch bounded on many cores: a beam-4 step of 256 sentences holds (1024, V) logits (150 MB
-at V = 37,000) and, for the `base` model, self-attention caches of 25 MB per output token.
+spreads that cost over enough of them. With 2 threads, beam search over 500 Multi30k test
+sentences took 2.96 s in batches of 256, 3.20 s in batches of 100, 3.96 s in batches of 50,
+and 3.26 s in batches of 500 (bench/results/compare_torch.epyc.decoding-batch-sizes.md, a
+2-core AMD EPYC). The cap keeps the memory of a batch bounded on many cores: a beam-4 step of
+256 sentences holds (1024, V) logits (150 MB at V = 37,000) and, for the `base` model,
+self-attention caches of 25 MB per output token.
 """
 
 from __future__ import annotations
