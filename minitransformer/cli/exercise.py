@@ -30,7 +30,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..course.grading import EXERCISES, check_exercise
+    from ..course.grading import ALL_EXERCISES as EXERCISES
+    from ..course.grading import check_exercise
 
     if args.list:
         for exercise in EXERCISES.values():

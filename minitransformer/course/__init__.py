@@ -1,9 +1,13 @@
 """The course's graded exercises: a learner writes a backward, the grader proves it.
 
-    catalog   the exercises: their input cases, the library Function each is graded
-              against, and the hints for recognisable mistakes
-    grading   check_exercise: load the learner's file, compare its gradients with the
-              library's and with finite differences, and say what is wrong
+    catalog    the backward exercises: their input cases, the library Function each is
+               graded against, and the hints for recognisable mistakes
+    tasks      the algorithm exercises (an engine walk, an optimizer step, a search step,
+               masks), each graded by running it against the library
+    grading    check_exercise: load the learner's file, compare its gradients with the
+               library's and with finite differences, and say what is wrong
+    results    what a grading answers, case by case
+    notebooks  the chapters run in a Jupyter kernel, and turned into pages of the site
 
 The chapters themselves live in lessons/ beside the package; this room is what
 `minitransformer check-exercise` runs.

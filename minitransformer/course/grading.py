@@ -21,7 +21,6 @@ import importlib.machinery
 import importlib.util
 import sys
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,60 +28,35 @@ import numpy as np
 
 from .. import backend
 from ..autograd.function import Function
-from ..verify.checker import GradcheckReport, check_function
+from ..verify.checker import check_function
 from .catalog import EXERCISES, Case, Clue, Exercise
+from .results import CaseResult, ExerciseResult, WrongGradient
+from .tasks import TASKS
+
+# every exercise by name: the backwards of catalog.py, then the algorithms of tasks.py
+ALL_EXERCISES: dict[str, Any] = {**EXERCISES, **TASKS}
 
 # What the learner's code may raise, all of them a failed check: sys.exit() too, which would
 # otherwise end the command with the exit status of a pass.
 LEARNER_ERRORS = (Exception, SystemExit)
 
 
-@dataclass
-class WrongGradient:
-    grad: str
-    index: tuple[int, ...]                      # of the largest error
-    expected: float
-    got: float
-    rel_error: float
-    hint: str
-
-
-@dataclass
-class CaseResult:
-    note: str
-    shapes: str
-    passed: bool = False
-    rel_errors: dict[str, float] = field(default_factory=dict)  # against the reference
-    wrong: list[WrongGradient] = field(default_factory=list)
-    gradcheck: GradcheckReport | None = None
-    problem: str = ""                           # why the case fails, in words
-    not_written: str = ""                       # the NotImplementedError's message
-    inputs: dict[str, Any] = field(default_factory=dict)  # the case's inputs, by name
-    dout: Any = None                            # the upstream gradient of the comparison
-
-
-@dataclass
-class ExerciseResult:
-    name: str
-    path: str
-    passed: bool
-    message: str
-    cases: list[CaseResult] = field(default_factory=list)
-
-
 # ----------------------------------------------------------------------------- checking
 
 def check_exercise(name: str, path: str | Path, seed: int = 0) -> ExerciseResult:
-    """Grade the learner's file ``path`` for exercise ``name`` (a key of ``EXERCISES``).
+    """Grade the learner's file ``path`` for exercise ``name`` (a key of ``ALL_EXERCISES``).
 
     Raises ValueError for an unknown name and FileNotFoundError for a missing file; anything
     wrong inside the file (syntax, imports, a wrong gradient) is a failed result with a message.
     """
-    if name not in EXERCISES:
-        raise ValueError(f"unknown exercise {name!r}; choose one of {', '.join(EXERCISES)}.")
+    if name not in ALL_EXERCISES:
+        raise ValueError(f"unknown exercise {name!r}; choose one of "
+                         f"{', '.join(ALL_EXERCISES)}.")
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}")
+    if name in TASKS:
+        return TASKS[name].grade(path, seed)
     exercise = EXERCISES[name]
     cls = _load_function(exercise, path)
     if isinstance(cls, str):
