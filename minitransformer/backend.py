@@ -24,7 +24,7 @@ from typing import Any
 
 # OpenBLAS's threads spin for about 2^28 cycles (a tenth of a second) after every product
 # before they sleep, and the worker threads of functional/_blocks.py would share the cores
-# with them: attention and layer norm ran twice as slowly in a training step as on their own.
+# with them: attention and layer norm ran far slower in a training step than on their own.
 # 2^4 cycles: they sleep at once. Read when OpenBLAS loads, so it only takes effect if NumPy
 # is not imported yet; a value already in the environment wins.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")

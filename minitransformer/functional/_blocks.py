@@ -15,7 +15,7 @@ kernels are fused in ``_cuda.py``) and the kernel runs once on all rows.
 While blocks run on the worker threads, BLAS is held to one thread (threadpoolctl): a kernel
 may call matmul on its block (attention does, for Q Kᵀ and P V), and BLAS's own threads on
 top of the workers would fight for the cores. One block per core, each with a single-threaded
-product, is twice as fast as blocks in turn with two-threaded products on small matrices.
+product, is faster than blocks in turn with two-threaded products on small matrices.
 
 ``on_workers`` runs larger pieces of work the same way (decoding runs one share of a batch's
 sentences per core). Inside a worker, ``for_blocks`` runs its blocks in turn on that thread:

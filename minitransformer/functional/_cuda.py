@@ -37,8 +37,8 @@ def _kernels() -> Any:
 # Row kernels: one warp (32 threads) per row of a C-contiguous (rows, C) array, each thread
 # taking every 32nd feature, the row's sums and maximum exchanged by warp shuffles. A layer
 # norm or a softmax is then one launch instead of a reduction kernel per statistic plus the
-# elementwise passes, and on a GPU driven from Python every launch costs tens of
-# microseconds of host time, more than these rows take to compute.
+# elementwise passes, and on a GPU driven from Python every launch costs more host time
+# than these rows take to compute.
 ROW_KERNELS = r"""
 template <typename T> __device__ T warp_sum(T v) {
     for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffff, v, offset);

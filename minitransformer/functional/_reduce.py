@@ -5,7 +5,7 @@
 
 They give what ``x.sum(axis=-1)`` and ``x.sum(axis=0)`` give (up to the order of rounding), but
 through BLAS: on the (N, d_model) and (N, V) arrays of a training step NumPy's own reduction
-is 2-6 times slower than the matrix-vector product. The layers use these for their row sums
+loop is slower than BLAS's matrix-vector product. The layers use these for their row sums
 and means (layer norm, softmax denominators, cross-entropy) and for bias gradients.
 """
 

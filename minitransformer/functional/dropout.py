@@ -14,11 +14,11 @@ expected value of every entry is unchanged and evaluation needs no rescaling:
 In evaluation (or with p = 0) dropout is the identity.
 
 On the CPU, u is a 16-bit integer in [0, 65536) rather than a float: half the random bits of
-a float32 draw, and twice as fast, with keep = [u >= n], n = round(65536 p). An entry is then
-dropped with probability p' = n / 65536, p rounded to a multiple of 1/65536 (0.1 becomes
-0.100006), and kept entries are scaled by 1 / (1 - p') = 65536 / (65536 - n), so that E[y] = x
-exactly, whatever p. (Scaled by 1 / (1 - p) instead, E[y] would drift from x as p nears 1:
-by 0.7% at p = 0.999, by half at p = 0.99999.) At least one level is kept: p above
+a float32 draw, so half the generator's work, with keep = [u >= n], n = round(65536 p). An
+entry is then dropped with probability p' = n / 65536, p rounded to a multiple of 1/65536
+(0.1 becomes 0.100006), and kept entries are scaled by 1 / (1 - p') = 65536 / (65536 - n), so
+that E[y] = x exactly, whatever p. (Scaled by 1 / (1 - p) instead, E[y] would drift from x as
+p nears 1: by 0.7% at p = 0.999, by half at p = 0.99999.) At least one level is kept: p above
 1 - 1/131072 drops with probability 1 - 1/65536.
 
 Dimensions: x any shape (typically (B, T, C)); keep has the shape of x.
