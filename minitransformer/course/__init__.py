@@ -2,6 +2,11 @@
 
     catalog    the backward exercises: their input cases, the library Function each is
                graded against, and the hints for recognisable mistakes
+    hints, block_hints
+               those hints: each recomputes what a plausible mistake gives and names it
+    references the library's answers to the exercises on blocks (multi-head attention,
+               dropout, the residual sub-layer, the feed-forward network): its Modules,
+               differentiated by its autograd engine
     tasks      the algorithm exercises (an engine walk, an optimizer step, a search step,
                masks), each graded by running it against the library
     grading    check_exercise: load the learner's file, compare its gradients with the

@@ -29,7 +29,8 @@ import numpy as np
 from .. import backend
 from ..autograd.function import Function
 from ..verify.checker import check_function
-from .catalog import EXERCISES, Case, Clue, Exercise
+from .catalog import EXERCISES, Case, Exercise
+from .hints import Clue
 from .results import CaseResult, ExerciseResult, WrongGradient
 from .tasks import TASKS
 
@@ -211,8 +212,8 @@ def _check_case(exercise: Exercise, cls: type, case: Case, seed: int, path: Path
                 np.argmax(np.where(np.isnan(error), np.inf, error)), e.shape))
             clue = Clue(exercise.grads[i], g, e, ~(error <= exercise.rtol * scale), result.inputs,
                         case.args, dout, _factor(g, e))
-            result.wrong.append(WrongGradient(exercise.grads[i], index, float(e[index]),
-                                              float(g[index]), rel, _hint(exercise, clue)))
+            result.wrong.append(WrongGradient(exercise.grads[i], index, float(e[index]) + 0.0,
+                                              float(g[index]) + 0.0, rel, _hint(exercise, clue)))
 
     # The proof: finite differences on the learner's Function itself.
     try:
@@ -292,18 +293,23 @@ def _summarise(exercise: Exercise, cases: list[CaseResult]) -> str:
         fd = max(c.gradcheck.max_rel_error for c in cases)
         ref = max(max(c.rel_errors.values()) for c in cases)
         versus = "identical to" if ref == 0 else f"{ref:.0e} from"
+        library = getattr(exercise.reference, "library_name", "") or exercise.reference.__name__
         return (f"{exercise.name}: all {n} cases pass (max relative error {fd:.0e} against "
-                f"finite differences; {versus} the library's {exercise.reference.__name__})")
+                f"finite differences; {versus} the library's {library})")
     failed = [i for i, c in enumerate(cases) if not c.passed]
     case = cases[failed[0]]
     lines = [f"{exercise.name}: FAILED, {n - len(failed)} of {n} cases pass.",
              f"case {failed[0] + 1} of {n}, {case.note}: {case.shapes}"]
     if case.problem:
         lines.append(f"  {case.problem}")
+    hinted: dict[str, str] = {}  # hint -> the first gradient it was given to
     for w in case.wrong:
         lines += [f"  {w.grad} is wrong: largest error at {w.grad}[{', '.join(map(str, w.index))}]"
                   f": expected {w.expected:.6g}, got {w.got:.6g} (relative error "
-                  f"{w.rel_error:.1e})", f"    hint: {w.hint}"]
+                  f"{w.rel_error:.1e})",
+                  f"    hint: {w.hint}" if w.hint not in hinted
+                  else f"    hint: the same as for {hinted[w.hint]}."]
+        hinted.setdefault(w.hint, w.grad)
     right = [g for g, e in case.rel_errors.items() if e <= exercise.rtol]
     if case.wrong and right:
         lines.append(f"  right: {', '.join(right)}")

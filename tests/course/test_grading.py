@@ -258,3 +258,29 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     assert cli.main(["check-exercise", "--list"]) == 0
     listing = capsys.readouterr().out
     assert all(name in listing for name in NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_exercise_gives_the_solutions_forward(name):
+    """Everything but backward is the same in the starting file and in the solution."""
+    def methods(folder):
+        tree = ast.parse((LESSONS / folder / f"{name}.py").read_text())
+        cls = next(n for n in tree.body if isinstance(n, ast.ClassDef))
+        return {f.name: ast.dump(f) for f in cls.body
+                if isinstance(f, ast.FunctionDef) and f.name != "backward"}
+    exercise, solution = methods("exercises"), methods("solutions")
+    assert "forward" in exercise and exercise == solution
+
+
+def test_a_hint_shared_by_several_gradients_is_written_once(tmp_path):
+    path = edited(tmp_path, "feed_forward", "dh = da * (h > 0) ", "dh = da ")
+    message = check_exercise("feed_forward", path).message
+    assert message.count("the ReLU's gate is missing") == 1
+    assert "hint: the same as for dx." in message
+
+
+def test_the_block_references_leave_the_host_generator_alone():
+    before = mt.backend.host_rng().bit_generator.state
+    assert check_exercise("multi_head_attention",
+                          LESSONS / "solutions" / "multi_head_attention.py").passed
+    assert mt.backend.host_rng().bit_generator.state == before
