@@ -6,6 +6,7 @@ independently: the right gradient from the library's autograd, the wrong one fro
 """
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -270,6 +271,53 @@ def test_the_exercise_gives_the_solutions_forward(name):
                 if isinstance(f, ast.FunctionDef) and f.name != "backward"}
     exercise, solution = methods("exercises"), methods("solutions")
     assert "forward" in exercise and exercise == solution
+
+
+def test_json_answers_one_object_with_every_case(tmp_path, capsys):
+    assert cli.main(["check-exercise", "attention", str(LESSONS / "solutions" / "attention.py"),
+                     "--json"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    answer = json.loads(out)
+    assert answer["exercise"] == "attention" and answer["passed"] is True
+    assert answer["file"].endswith("attention.py") and "all 4 cases pass" in answer["message"]
+    assert [c["note"] for c in answer["cases"]] == [c.note for c in EXERCISES["attention"].cases]
+    assert all(c["passed"] and c["gradcheck"]["passed"] and c["wrong"] == []
+               for c in answer["cases"])
+
+    path = edited(tmp_path, "attention", "dq = dscores @ k * self.scale ", "dq = dscores @ k ")
+    assert cli.main(["check-exercise", "attention", str(path), "--json"]) == 1
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["passed"] is False and answer["message"].startswith("attention: FAILED")
+    first = answer["cases"][0]
+    assert not first["passed"] and first["gradcheck"]["passed"] is False
+    assert [w["grad"] for w in first["wrong"]] == ["dq"]
+    wrong = first["wrong"][0]
+    assert "factor √D = 2.000" in wrong["hint"] and len(wrong["index"]) == 2
+    assert np.isclose(wrong["got"], 2 * wrong["expected"])
+    assert first["rel_errors"]["dk"] < 1e-12 and first["rel_errors"]["dq"] > 0.1
+
+    assert cli.main(["check-exercise", "softmax", str(LESSONS / "exercises" / "softmax.py"),
+                     "--json"]) == 1
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["passed"] is False and "write the backward" in answer["cases"][0]["not_written"]
+
+
+def test_json_writes_what_is_not_finite_as_null(tmp_path, capsys):
+    path = edited(tmp_path, "softmax", "dx = y * (dout - row_sum) ", "dx = y / 0 ")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        assert cli.main(["check-exercise", "softmax", str(path), "--json"]) == 1
+    wrong = json.loads(capsys.readouterr().out)["cases"][0]["wrong"][0]
+    assert wrong["got"] is None and wrong["rel_error"] is None and "nan or inf" in wrong["hint"]
+
+
+def test_list_json_and_usage_errors_with_json(capsys):
+    assert cli.main(["check-exercise", "--list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [e["name"] for e in listed][:len(NAMES)] == NAMES and len(listed) >= 14
+    assert {"name", "class", "summary"} == set(listed[0])
+    assert cli.main(["check-exercise", "softmaxx", "x.py", "--json"]) == 2
+    assert capsys.readouterr().out == ""
 
 
 def test_a_hint_shared_by_several_gradients_is_written_once(tmp_path):
