@@ -124,3 +124,13 @@ def on_files(files: Files, config: dict) -> Files:
         for name, data in page.files.items():
             files.append(File.generated(config, f"lessons/{stem}/{name}", content=data))
     return files
+
+
+def on_nav(nav, config: dict, files: Files):
+    """Every chapter has its place in the site's navigation (mkdocs.yml's nav)."""
+    listed = {page.file.src_uri for page in nav.pages}
+    missing = [lesson.name for lesson in chapters() if f"lessons/{lesson.stem}.md" not in listed]
+    if missing:
+        raise PluginError(f"{', '.join(missing)} not in mkdocs.yml's nav: add "
+                          f"`lessons/{Path(missing[0]).stem}.md` under Lessons.")
+    return nav
