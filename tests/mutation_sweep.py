@@ -1,7 +1,7 @@
 # ruff: noqa: E501  (a mutant's line is quoted as it stands in the source)
 """Do the tests catch a wrong backward? Break each one on purpose and see.
 
-    python tests/mutation_sweep.py              # every mutant: about 4 minutes on 2 cores
+    python tests/mutation_sweep.py              # every mutant: a few minutes on 2 cores
     python tests/mutation_sweep.py --list       # their names
     python tests/mutation_sweep.py --only drop-rowsum dv-no-transpose
 
