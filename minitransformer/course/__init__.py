@@ -11,6 +11,7 @@
                  step, the masks), each graded by running it against the library
     grading      check_exercise: load the learner's file, compare its gradients with the
                  library's and with finite differences, and say what is wrong
+    learner_file loading the learner's file, and where in it an error arose
     results      what a grading answers, case by case
     notebooks    the chapters run in a Jupyter kernel, and turned into pages of the site
 

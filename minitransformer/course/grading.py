@@ -17,10 +17,6 @@ NumPy arrays, so everything here happens on the host, in NumPy.
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
-import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +27,14 @@ from ..autograd.function import Function
 from ..verify.checker import check_function
 from .catalog import EXERCISES, Case, Exercise
 from .hints import Clue
+from .learner_file import LEARNER_ERRORS, load_module
+from .learner_file import where as line_of
 from .results import CaseResult, ExerciseResult, WrongGradient
 from .tasks import TASKS
 
 # every exercise by name: the backwards of catalog.py, then the algorithms of tasks.py
 ALL_EXERCISES: dict[str, Any] = {**EXERCISES, **TASKS}
 
-# What the learner's code may raise, all of them a failed check: sys.exit() too, which would
-# otherwise end the command with the exit status of a pass.
-LEARNER_ERRORS = (Exception, SystemExit)
 
 
 # ----------------------------------------------------------------------------- checking
@@ -79,19 +74,9 @@ def check_exercise(name: str, path: str | Path, seed: int = 0) -> ExerciseResult
 def _load_function(exercise: Exercise, path: Path) -> type | str:
     """The learner's Function class, or a message saying why there is none."""
     module_name = f"_minitransformer_exercise_{exercise.name}"
-    loader = importlib.machinery.SourceFileLoader(module_name, str(path))
-    spec = importlib.util.spec_from_file_location(module_name, path, loader=loader)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # for dataclasses and pickling inside the file
-    try:
-        loader.exec_module(module)
-    except SyntaxError as exc:
-        text = f"\n    {exc.text.strip()}" if exc.text else ""
-        return f"{path} has a syntax error at line {exc.lineno}: {exc.msg}{text}"
-    except LEARNER_ERRORS as exc:
-        return f"importing {path} failed{_where(exc, path)}: {type(exc).__name__}: {exc}"
-    finally:
-        sys.modules.pop(module_name, None)
+    module = load_module(path, module_name)
+    if isinstance(module, str):
+        return module
     # The class, and the backward above all, must be the learner's: one imported from the
     # library (or inheriting its backward) would pass as their own work.
     cls = getattr(module, exercise.class_name, None)
@@ -113,17 +98,6 @@ def _load_function(exercise: Exercise, path: Path) -> type | str:
         return (f"{path}'s {cls.__name__} takes its backward from {origin} instead of "
                 f"defining it; write backward in the class itself, {start}.")
     return cls
-
-
-def _where(exc: BaseException, path: Path) -> str:
-    """' at line N (`code`)' for the deepest frame of the traceback inside the learner's file."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if Path(f.filename).resolve() == path.resolve()]
-    if not frames:
-        return ""
-    frame = frames[-1]
-    code = (frame.line or "").split("  #")[0].strip()  # without a trailing shape comment
-    return f" at line {frame.lineno}" + (f" (`{code}`)" if code else "")
 
 
 def _check_case(exercise: Exercise, cls: type, case: Case, seed: int, path: Path) -> CaseResult:
@@ -152,7 +126,7 @@ def _check_case(exercise: Exercise, cls: type, case: Case, seed: int, path: Path
     try:
         out = np.asarray(learner.forward(*(a.copy() for a in inputs)))
     except LEARNER_ERRORS as exc:
-        result.problem = f"forward raised{_where(exc, path)}: {type(exc).__name__}: {exc}"
+        result.problem = f"forward raised{line_of(exc, path)}: {type(exc).__name__}: {exc}"
         return result
     if out.shape != expected_out.shape or not np.allclose(out, expected_out, rtol=1e-9,
                                                           atol=1e-12):
@@ -168,7 +142,7 @@ def _check_case(exercise: Exercise, cls: type, case: Case, seed: int, path: Path
         result.not_written = str(exc) or "backward"
         return result
     except LEARNER_ERRORS as exc:
-        result.problem = f"backward raised{_where(exc, path)}: {type(exc).__name__}: {exc}"
+        result.problem = f"backward raised{line_of(exc, path)}: {type(exc).__name__}: {exc}"
         return result
     if not np.array_equal(dout_passed, dout):
         result.problem = "backward changed dout in place: compute new arrays instead."
@@ -220,7 +194,7 @@ def _check_case(exercise: Exercise, cls: type, case: Case, seed: int, path: Path
         result.gradcheck = check_function(lambda *xs: cls(*case.args)(*xs), *inputs,
                                           name=exercise.name, seed=seed)
     except LEARNER_ERRORS as exc:
-        result.problem = f"the gradient check raised{_where(exc, path)}: {exc}"
+        result.problem = f"the gradient check raised{line_of(exc, path)}: {exc}"
         return result
     if not result.wrong and not result.gradcheck.passed:
         result.problem = ("the backward matches the library's, but not finite differences: "

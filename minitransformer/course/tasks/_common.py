@@ -10,9 +10,6 @@ comes from the task's own catalogue of recognised mistakes.
 from __future__ import annotations
 
 import contextlib
-import importlib.machinery
-import importlib.util
-import sys
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
@@ -25,11 +22,8 @@ import numpy as np
 from ... import backend
 from ...nn.config import TransformerConfig
 from ...nn.transformer import Transformer
+from ..learner_file import LEARNER_ERRORS, load_module, where
 from ..results import CaseResult, ExerciseResult
-
-# What the learner's code may raise, all of them a failed case: sys.exit() too, which would
-# otherwise end the command with the exit status of a pass.
-LEARNER_ERRORS = (Exception, SystemExit)
 
 
 class Failed(Exception):
@@ -74,13 +68,7 @@ class Learner:
 
     def where(self, exc: BaseException) -> str:
         """' at line N (`code`)' for the deepest frame of the traceback inside the file."""
-        frames = [f for f in traceback.extract_tb(exc.__traceback__)
-                  if Path(f.filename).resolve() == self.path.resolve()]
-        if not frames:
-            return ""
-        frame = frames[-1]
-        code = (frame.line or "").split("  #")[0].strip()  # without a trailing shape comment
-        return f" at line {frame.lineno}" + (f" (`{code}`)" if code else "")
+        return where(exc, self.path)
 
     def _raised_in(self, exc: BaseException) -> str | None:
         """The function of the learner's file that raised the NotImplementedError (the
@@ -93,20 +81,10 @@ class Learner:
 def load(path: Path, task: str, names: tuple[str, ...]) -> Learner | str:
     """The learner's functions ``names`` from ``path``, or a message saying why there are none."""
     module_name = f"_minitransformer_exercise_{task}"
-    loader = importlib.machinery.SourceFileLoader(module_name, str(path))
-    spec = importlib.util.spec_from_file_location(module_name, path, loader=loader)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # for dataclasses and pickling inside the file
+    module = load_module(path, module_name)
+    if isinstance(module, str):
+        return module
     learner = Learner(path, module_name, {})
-    try:
-        loader.exec_module(module)
-    except SyntaxError as exc:
-        text = f"\n    {exc.text.strip()}" if exc.text else ""
-        return f"{path} has a syntax error at line {exc.lineno}: {exc.msg}{text}"
-    except LEARNER_ERRORS as exc:
-        return f"importing {path} failed{learner.where(exc)}: {type(exc).__name__}: {exc}"
-    finally:
-        sys.modules.pop(module_name, None)
     start = f"starting from lessons/exercises/{task}.py"
     for name in names:
         function = getattr(module, name, None)
