@@ -23,7 +23,8 @@ import numpy as np
 import minitransformer as mt
 from minitransformer import functional as F
 from minitransformer import viz
-from minitransformer.nn import PositionalEncoding, sinusoidal_table
+from minitransformer.nn import PositionalEncoding, Transformer, TransformerConfig, sinusoidal_table
+from minitransformer.optim import Adam
 
 FAST = os.environ.get("MINITRANSFORMER_FAST") == "1"
 FIGURES = Path("figures")
@@ -103,22 +104,133 @@ similarity = table @ table[50]
 print("PE[50] · PE[50 + k] for k = -4..4:", similarity[46:55].round(1))
 
 # %% [markdown]
-# ## Learned positions
+# ## Two layouts, one encoding
+#
+# The paper interleaves: sine in the even dimensions, cosine in the odd ones. Many
+# implementations put all the sines in the first half of the vector and all the cosines in
+# the second (tensor2tensor's `get_timing_signal_1d` among them, which also spaces its
+# frequencies a little differently). With the paper's frequencies that is the same table with
+# its columns in another order: column $j$ of the halves layout is column $\pi(j)$ of the
+# paper's, with $\pi = (0, 2, 4, \dots, d-2, 1, 3, \dots, d-1)$, the same for every position.
+
+# %%
+frequencies = 1.0 / 10000 ** (np.arange(0, d_model, 2) / d_model)        # (C/2,)
+angles = np.arange(length)[:, None] * frequencies                         # (L, C/2)
+halves = np.concatenate([np.sin(angles), np.cos(angles)], axis=1)         # (L, C)
+perm = np.concatenate([np.arange(0, d_model, 2), np.arange(1, d_model, 2)])
+print("π =", perm[:4], "...", perm[d_model // 2:d_model // 2 + 4], "...")
+print("halves layout == paper's table with its columns permuted by π:",
+      np.allclose(halves, table[:, perm], atol=1e-12))
+
+# %% [markdown]
+# The model cannot tell the two apart. Every weight that reads the $d_{model}$ features of the
+# residual stream (the embedding table, $W^Q, W^K, W^V$, the first feed-forward matrix) and
+# every one that writes them ($W^O$, the second feed-forward matrix and their biases, and the
+# LayerNorm gains and biases) can have that axis permuted by the same $\pi$: the permuted
+# model computes, with the halves layout, exactly what the original computes with the
+# paper's, only with its features stored in another order. Attention, LayerNorm and the
+# elementwise Adam update do not care about that order. So train the tiny model twice on
+# chapter 14's reversal task, once as the paper has it and once with the halves layout and
+# the same initial weights permuted, on the same batches:
+
+# %%
+class HalvesPositionalEncoding(PositionalEncoding):
+    """The sinusoids with all sines first, then all cosines."""
+
+    def table(self, device, dtype):
+        columns = np.concatenate([np.arange(0, self.d_model, 2), np.arange(1, self.d_model, 2)])
+        return super().table(device, dtype)[:, columns]
+
+
+def permute_features(model, perm):
+    """Permute the d_model axis of every parameter that reads or writes the residual stream."""
+    for name, param in model.named_parameters():
+        if name.endswith(("embed.weight", "w_q.weight", "w_k.weight", "w_v.weight",
+                          "w_1.weight")):
+            param.data[...] = param.data[:, perm]    # reads the features: its columns
+        elif name.endswith(("w_o.weight", "w_o.bias", "w_2.weight", "w_2.bias", ".gain",
+                            "norm.bias")):
+            param.data[...] = param.data[perm]       # writes them: its rows
+
+
+VOCAB, BOS, EOS = 13, 1, 2
+config = TransformerConfig.named("tiny", VOCAB, p_dropout=0.0)
+losses = {}
+for layout in ("interleaved (the paper)", "halves, weights permuted"):
+    mt.manual_seed(0)                                  # the same initial weights
+    batches = np.random.default_rng(0)                 # the same batches
+    model = Transformer(config)
+    if layout.startswith("halves"):
+        model.src_positions = HalvesPositionalEncoding(config.d_model, config.max_len)
+        model.tgt_positions = HalvesPositionalEncoding(config.d_model, config.max_len)
+        permute_features(model, np.concatenate([np.arange(0, config.d_model, 2),
+                                                np.arange(1, config.d_model, 2)]))
+    optimizer = Adam(model.parameters(), lr=1e-3)
+    losses[layout] = []
+    for _ in range(20 if FAST else 100):
+        src = batches.integers(3, VOCAB, size=(32, int(batches.integers(4, 9))))
+        tgt = src[:, ::-1]
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(src, np.concatenate([np.full((32, 1), BOS), tgt], 1)),
+                               np.concatenate([tgt, np.full((32, 1), EOS)], 1))
+        loss.backward()
+        optimizer.step()
+        losses[layout].append(loss.item())
+steps = len(losses["interleaved (the paper)"])
+for layout, values in losses.items():
+    print(f"{layout:<25} loss at steps 1, {steps // 2}, {steps}: "
+          + "  ".join(f"{values[i]:.6f}" for i in (0, steps // 2 - 1, steps - 1)))
+print("largest difference over all steps:",
+      f"{max(abs(a - b) for a, b in zip(*losses.values(), strict=True)):.1e}")
+
+# %% [markdown]
+# The same losses, up to float32 rounding (the products sum the features in another order).
+# Without permuting the initial weights the halves layout would train as well, but from what
+# amounts to a different random start, so its losses would differ as another seed's do. Which
+# layout to use is a matter of convention; what matters is the set of frequencies.
+#
+# ## Learned positions, and positions beyond the table
 #
 # Table 3, row (E) replaced the sinusoids with learned position embeddings and got "nearly
-# identical results". The sinusoids have one advantage the paper points out: they may let the
-# model extrapolate to sequences longer than any seen in training, while a learned table has
-# no row for them. The library offers both; the learned one is a parameter like any other.
+# identical results". §3.5 gives the reason to prefer the sinusoids all the same: "it may
+# allow the model to extrapolate to sequence lengths longer than the ones encountered during
+# training." The formula gives a row for any position; a learned table has exactly the rows
+# it was made with, `max_len` of them, and only those that training reached are trained.
 
 # %%
 learned = PositionalEncoding(d_model, max_len=length, learned=True)
 fixed = PositionalEncoding(d_model, max_len=length)
-print("learned parameters:", learned.num_parameters(), " sinusoidal parameters:",
-      fixed.num_parameters())
+print("learned parameters:", learned.num_parameters(), "a table of", learned.weight.shape,
+      " sinusoidal parameters:", fixed.num_parameters())
+
+# %% [markdown]
+# The library's sinusoidal module also keeps a table of `max_len` rows, but only as a cache
+# computed once: the rows are the formula's, and a module with a larger `max_len` has the
+# same first rows and more after them, each equal to the formula at its position. Asked for
+# more positions than its table has, a module refuses rather than read past it; the remedy is
+# a larger `max_len` (1024 in the model's configuration), which for the sinusoids changes
+# nothing else.
+
+# %%
+def added_positions(module, n):
+    """What the module adds to a sequence of n positions."""
+    with mt.default_dtype("float64"):
+        return module(mt.tensor(np.zeros((1, n, d_model)))).numpy()[0]     # (n, C)
+
+
+longer = PositionalEncoding(d_model, max_len=4 * length)
+rows = added_positions(longer, 4 * length)
+print(f"max_len={4 * length}: first {length} rows == the max_len={length} module's:",
+      np.allclose(rows[:length], added_positions(fixed, length)))
+far = 3 * length + 7                                   # far beyond the first module's rows
+by_formula = np.zeros(d_model)
+by_formula[0::2] = np.sin(far * frequencies)
+by_formula[1::2] = np.cos(far * frequencies)
+print(f"row {far} == the formula at position {far}:", np.allclose(rows[far], by_formula))
 try:
     fixed(mt.tensor(np.zeros((1, length + 1, d_model)), dtype="float32"))
 except ValueError as error:
-    print("too long:", error)
+    print("the max_len=100 module, asked for 101 positions:", error)
 
 # %% [markdown]
 # ## Exercises
