@@ -119,7 +119,8 @@ plt.show()
 #
 # $v$ averages the squared gradient over roughly $1/(1-\beta_2)$ steps: 1000 steps with 0.999,
 # 50 with 0.98. When the gradient scale changes (it does, early in training), a short memory
-# adapts in time. Here the gradient's scale drops tenfold at step 200:
+# adapts in time. Here the gradient's scale drops tenfold at step 200 of 600 (at step 100
+# of 300 in the fast mode):
 
 # %%
 n = 600 if not FAST else 300
@@ -139,7 +140,9 @@ for beta2 in (0.999, 0.98):
 # Right after the drop both make steps about 10× too small, since $v$ still remembers the
 # large gradients, 100 times larger in square. To forget them $\beta_2^t \cdot 100$ must fall
 # below 1: $t \approx 230$ steps with $\beta_2 = 0.98$, and the steps are back to normal by
-# the end; $t \approx 4600$ with 0.999, and they are still far too small.
+# the end; $t \approx 4600$ with 0.999, and they are still far too small. (The fast mode
+# stops 200 steps after the drop, before those 230: its last window shows $\beta_2 = 0.98$
+# on the way back, at about half the normal size, and 0.999 hardly moved.)
 #
 # ## Exercises
 #
