@@ -83,7 +83,9 @@ class SelfAttention(Module):
 # %% [markdown]
 # ## Time against length
 #
-# Forward and backward of one layer, batch 8, width $d = 64$, best of a few runs.
+# Forward and backward of one layer, batch 8, width $d = 64$, best of a few runs. Times this
+# small are fragile: on a machine busy with other work, waiting for a free core can outweigh
+# the work itself and reorder the three layers, so run this cell on a quiet machine.
 
 # %%
 d = 64
@@ -119,11 +121,12 @@ plt.show()
 # At translation lengths (tens of tokens) the recurrent layer is the slowest: it pays for its
 # $n$ sequential steps, each too small to keep the processor busy. The convolution, one matrix
 # product over windows, is the cheapest, but sees only its neighbours (below). Self-attention
-# sits between, and its $n^2$ term makes it grow fastest with $n$: the paper notes it beats
-# recurrence "when the sequence length n is smaller than the representation dimensionality
-# d, which is most often the case" for sentences. Read the table above for where the lines
-# cross on this machine, if they do within these lengths: the fixed cost of each of the
-# recurrent layer's $n$ small steps can keep it the slower one well past $n = d$.
+# sits between, and its $n^2$ term makes it grow fastest once $n$ is large (compare the last
+# rows): the paper notes it beats recurrence "when the sequence length n is smaller than the
+# representation dimensionality d, which is most often the case" for sentences. Read the
+# table above for where the lines cross on this machine, if they do within these lengths: the
+# fixed cost of each of the recurrent layer's $n$ small steps can keep it the slower one well
+# past $n = d$.
 #
 # ## Path length
 #
