@@ -50,13 +50,14 @@ print(f"{len(data.train):,} training pairs as ids ({dropped} dropped: too long o
 # %% [markdown]
 # ## Training
 #
-# The tiny model (2 + 2 layers, $d_{model} = 32$), label smoothing 0.1, the paper's schedule
-# with a 400-step warmup, batches of at most 4,000 padded tokens, 500 steps. The trainer
-# validates halfway and at the end (loss, and greedy BLEU on 200 validation sentences) and
-# writes its log and checkpoints to `runs/lesson16`, emptied first (the trainer appends to an
-# existing log and would average in an earlier run's checkpoints). About a minute or a little
-# more on two CPU cores in full (45 s on a 2-core Intel Xeon, 61 to 86 s on 2-core AMD EPYC
-# machines); a few seconds in the fast mode, which is far too short to learn anything.
+# The tiny model (2 + 2 layers, $d_{model} = 32$) with its dropout of 0.1, label smoothing
+# 0.1 (chapter 22 measures both against none), the paper's schedule with a 400-step warmup,
+# batches of at most 4,000 padded tokens, 500 steps. The trainer validates halfway and at the
+# end (loss, and greedy BLEU on 200 validation sentences) and writes its log and checkpoints
+# to `runs/lesson16`, emptied first (the trainer appends to an existing log and would average
+# in an earlier run's checkpoints). About a minute or a little more on two CPU cores in full
+# (45 s on a 2-core Intel Xeon, 61 to 86 s on 2-core AMD EPYC machines); a few seconds in the
+# fast mode, which is far too short to learn anything.
 
 # %%
 model = Transformer(TransformerConfig.named("tiny", tokenizer.vocab_size))
