@@ -11,7 +11,7 @@ as files (a figure drawn but never shown).
 The home page's Figure 1 (img/model.svg) is drawn by ``viz.draw_model`` from the `small`
 configuration at each build, so it cannot fall out of step with the model.
 
-Running all 21 chapters takes a few minutes on two cores (most of it chapters 14 and 16,
+Running every chapter takes a few minutes on two cores (most of it chapters 14, 16, 19 and 22,
 which train). Results are cached in .cache/chapters/, keyed by the lesson's text and the
 package's source, so a rebuild runs only what changed.
 """
