@@ -1,5 +1,7 @@
 """MkDocs hook: the course's chapters, run during the build and put on the site with their
-outputs; and the home page's picture of the model, drawn from the code.
+outputs; the teachers' answers (lessons/answers/) beside them, reached from the teaching
+guide's answers page rather than from the chapters; and the home page's picture of the
+model, drawn from the code.
 
 Each lesson in lessons/ is run top to bottom in a Jupyter kernel, in its full mode (the mode
 a student runs, not the tests' fast mode), by ``minitransformer.course.notebooks``. Its page
@@ -35,6 +37,7 @@ from minitransformer.course.notebooks import ChapterError, chapter_page, run_cha
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = ROOT / "lessons"
+ANSWERS = LESSONS / "answers"
 PACKAGE = ROOT / "minitransformer"
 CACHE = ROOT / ".cache" / "chapters"
 FORMAT = "3"  # bump when what is cached changes shape
@@ -99,6 +102,10 @@ def model_picture() -> bytes:
 @mkdocs.plugins.event_priority(50)
 def on_files(files: Files, config: dict) -> Files:
     files.append(File.generated(config, "img/model.svg", content=model_picture()))
+    for path in sorted(ANSWERS.glob("*")):
+        if path.is_file() and path.suffix in (".md", ".py"):
+            files.append(File.generated(config, f"lessons/answers/{path.name}",
+                                        content=path.read_bytes()))
     for lesson in chapters():
         stem = lesson.stem
         notebook, written = _executed(lesson)
