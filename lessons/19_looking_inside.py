@@ -115,8 +115,9 @@ for output, position in zip(output_tokens[1:], alignment[:-1], strict=True):
 #
 # ## Exercises
 #
-# 1. Find a head in the encoder that attends mostly to the previous token, and one that
-#    attends to the next. Are they in the same layer?
+# 1. Is there a head in the encoder that attends mostly to the previous token, or one that
+#    attends to the next? Count, over many sentences, how often each head's strongest weight
+#    falls on a neighbour.
 # 2. For a sentence with a subordinate clause, which source word does the clause-final Velish
 #    verb attend to?
 # 3. Compute the entropy of each head's weights, averaged over positions. Which heads are

@@ -155,7 +155,9 @@ for name, layer in layers.items():
 # ## Exercises
 #
 # 1. Count the multiply-adds of each layer for $n = 50$, $d = 512$ and compare with Table 1.
-# 2. Make the width $d = 256$ and find the length at which self-attention becomes slower than
-#    the convolution on your machine.
+# 2. Make the width $d = 256$ and time the layers at several lengths. Is self-attention with
+#    its projections ever faster than the convolution? At what length does the attention core
+#    alone (`F.scaled_dot_product_attention(x, x, x)`, what Table 1's row counts) become slower
+#    than the convolution on your machine?
 # 3. Restricted self-attention (Table 1, last row) lets each position see only $r$ neighbours.
 #    Build it with a band mask (chapter 6) and measure the path length again.
