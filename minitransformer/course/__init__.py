@@ -20,6 +20,7 @@ The chapters themselves live in lessons/ beside the package; this room is what
 """
 
 from .catalog import EXERCISES
-from .grading import ExerciseResult, check_exercise
+from .grading import ALL_EXERCISES, ExerciseResult, check_exercise
+from .tasks import TASKS
 
-__all__ = ["EXERCISES", "ExerciseResult", "check_exercise"]
+__all__ = ["ALL_EXERCISES", "EXERCISES", "TASKS", "ExerciseResult", "check_exercise"]
