@@ -149,5 +149,6 @@ for beta2 in (0.999, 0.98):
 # 1. Show that the schedule's two branches meet at $step = warmup$.
 # 2. Rewrite Adam's bias correction as a correction of the step size only (the library does,
 #    in `optim.py`): why is that equivalent?
-# 3. Train chapter 14's reversal task with a constant learning rate equal to the schedule's peak.
-#    What happens in the first 100 steps?
+# 3. Chapter 14 warms its learning rate up to $10^{-3}$ over 100 steps. Train its reversal task
+#    at a constant $10^{-3}$ from the first step instead. What happens in the first 100 steps,
+#    and by step 1000?

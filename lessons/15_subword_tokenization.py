@@ -92,8 +92,10 @@ for size in (60, 100, 150):
 # %% [markdown]
 # ## Exercises
 #
-# 1. Finish the hand-written BPE: run merges until no pair occurs twice. What is the final
-#    vocabulary? Compare with SentencePiece on the same words.
+# 1. Finish the hand-written BPE: keep merging the most frequent pair until no pair occurs
+#    twice. How many merges does that take on the chapter's corpus, what is the final
+#    vocabulary, and why does it stop there? Count the pairs over the distinct words instead:
+#    where does it stop now? Compare with SentencePiece on the same words.
 # 2. Train separate English and German tokenizers. Which tokens do they share? Why does
 #    sharing help the tied embeddings?
 # 3. Multi30k uses 8,000 pieces (bench/multi30k.py). Estimate the tokens per word for its

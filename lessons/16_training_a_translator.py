@@ -101,7 +101,8 @@ figure = viz.training_curves(Path("runs") / "lesson16" / "log.jsonl",
 #
 # 1. Train with `label_smoothing=0.0` (in `TrainConfig`). Compare validation perplexity and
 #    BLEU with the smoothed run: which improves, which gets worse?
-# 2. Double `max_tokens` and halve the number of steps. Same number of tokens seen: same
-#    result?
+# 2. Double `max_tokens` and halve `max_steps`, leaving the rest of the configuration as it
+#    is. Same number of tokens seen: same result? Which other setting counts steps, and what
+#    does halving the run do to it?
 # 3. Interrupt a run of `minitransformer train` with Ctrl-C and continue it with `--resume`.
 #    Compare its `log.jsonl` with an uninterrupted run.

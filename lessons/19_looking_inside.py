@@ -118,7 +118,9 @@ for output, position in zip(output_tokens[1:], alignment[:-1], strict=True):
 # 1. Is there a head in the encoder that attends mostly to the previous token, or one that
 #    attends to the next? Count, over many sentences, how often each head's strongest weight
 #    falls on a neighbour.
-# 2. For a sentence with a subordinate clause, which source word does the clause-final Velish
-#    verb attend to?
+# 2. Take validation sentences with a subordinate clause (", ke ..."), feed the decoder the
+#    reference translation as the chapter does with the model's, and read the last layer's
+#    cross-attention at the row that predicts the clause-final Velish verb. Which source word
+#    does it read most? Why read the reference rather than the model's translation?
 # 3. Compute the entropy of each head's weights, averaged over positions. Which heads are
 #    sharp, which diffuse?

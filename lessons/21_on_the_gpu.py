@@ -100,7 +100,9 @@ else:
 #
 # 1. Why does `loss.item()` make the timing honest on a GPU, while timing `loss.backward()`
 #    alone would not be?
-# 2. Find the batch size at which the GPU step becomes faster than the CPU step.
+# 2. Find the batch size at which the GPU step becomes faster than the CPU step: measure it
+#    where you have a GPU, or estimate it from the recorded step times in `bench/results/`
+#    (the CPU's time per target token, the GPU's time per step).
 # 3. The test suite runs every operation on a "strict" CPU backend whose arrays refuse to
 #    turn into NumPy arrays (tests/strict_backend.py). Which mistakes does that catch that
 #    NumPy alone would let through?
