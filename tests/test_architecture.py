@@ -20,6 +20,7 @@ ROOMS = {
     "data": ("data",),
     "verify": ("verify",),
     "course": ("course",),
+    "distributed": ("distributed",),
     "translation": ("translation",),
     "viz": ("viz",),
     "cli": ("cli", "__main__"),
@@ -31,7 +32,8 @@ MAY_IMPORT = {
     "data": {"data"},
     "verify": {"engine", "verify"},
     "course": {"engine", "verify", "course"},  # grading runs the finite-difference checker
-    "translation": {"engine", "data", "translation"},
+    "distributed": {"engine", "distributed"},
+    "translation": {"engine", "data", "distributed", "translation"},
     "viz": {"engine", "viz"},
     "cli": set(ROOMS),
 }

@@ -1,4 +1,10 @@
-"""``minitransformer train``: train a translator, then translate the test set and score it."""
+"""``minitransformer train``: train a translator, then translate the test set and score it.
+
+Under ``mpiexec -n N`` it trains one model with N processes (``minitransformer.distributed``):
+rank 0 reads the files, builds the vocabulary and writes the run folder; every process trains
+its share of each step. A process that fails ends the whole run (MPI_Abort) rather than
+leaving the others waiting for it.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,8 @@ import argparse
 import json
 import math
 import sys
+import time
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +21,8 @@ from .values import at_least, positive_float, probability, vocabulary_size
 
 if TYPE_CHECKING:
     from ..data.parallel import Dropped
-    from ..translation.training import TranslationData
+    from ..distributed import Communicator
+    from ..translation.training import Trainer, TranslationData
 
 # What "sensible defaults" means depends on the data: the built-in task is small and trains in
 # minutes; a real corpus (Multi30k) gets the `small` model and the recipe of the Multi30k
@@ -28,6 +37,9 @@ DEFAULTS = {
                "eval_every": None, "lr_scale": 0.7},
 }
 STOPPING = ("max_steps", "max_epochs", "time_budget")
+# exit statuses; a TrainingError (a non-finite loss) stops every process at the same step,
+# since they all see the same reduced loss, so no process is left waiting
+STOPPED_TOGETHER, INTERRUPTED = 1, 130
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -95,15 +107,48 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from .. import backend, set_num_threads
+    from ..distributed import DistributedError, select_gpu, threads_per_process, world
+
+    try:
+        comm = world()
+        if comm.size > 1:
+            if backend.current_device() == "cuda":
+                select_gpu(comm)  # one GPU per process, before anything is allocated
+            else:
+                set_num_threads(threads_per_process(comm))
+    except DistributedError as exc:
+        print(f"minitransformer train: {exc}", file=sys.stderr)
+        return 2
+    if comm.size == 1:
+        return _train(args, comm)
+    try:
+        status = _train(args, comm)
+    except BaseException:  # a bug: say where, then end every process of the run
+        traceback.print_exc()
+        comm.abort(1)
+        raise
+    if status == INTERRUPTED and comm.rank != 0:
+        time.sleep(2)  # rank 0, interrupted too, says where the last checkpoint is
+    if status not in (0, STOPPED_TOGETHER):  # the others would wait for this process
+        comm.abort(status)                    # forever: end them too
+    return status
+
+
+def _train(args: argparse.Namespace, comm: Communicator) -> int:
     from .. import manual_seed
     from ..data.errors import DataError
     from ..data.tokenizer import Tokenizer
+    from ..distributed import DistributedError
     from ..nn import Transformer, TransformerConfig
     from ..translation.checkpoint import CheckpointError, load_checkpoint
     from ..translation.corpus import check_max_len, load_corpus, prepare_corpus
     from ..translation.scoring import score_test_set
     from ..translation.training import TrainConfig, Trainer, TrainingError
 
+    name = ("minitransformer train" if comm.size == 1
+            else f"minitransformer train (rank {comm.rank} of {comm.size})")
+    main = comm.rank == 0  # reads and writes the run folder
     kind = "builtin" if args.data == "builtin" else "folder"
     defaults = DEFAULTS[kind]
     if any(getattr(args, name) is not None for name in STOPPING):  # the command's rule alone
@@ -111,13 +156,14 @@ def run_train(args: argparse.Namespace) -> int:
     pick = lambda name: getattr(args, name) if getattr(args, name) is not None else (  # noqa: E731
         defaults.get(name))
     out = Path(args.out or Path("runs") / f"{Path(args.data).name}-{pick('config')}")
-    if out.exists() and not out.is_dir():
-        print(f"minitransformer train: --out {out} is a file, not a folder; choose another "
+    if main and out.exists() and not out.is_dir():
+        print(f"{name}: --out {out} is a file, not a folder; choose another "
               "--out.", file=sys.stderr)
         return 2
-    earlier = [path for path in (out / "log.jsonl", out / "checkpoints") if path.exists()]
+    earlier = [path for path in (out / "log.jsonl", out / "checkpoints")
+               if main and path.exists()]
     if earlier and not args.resume:  # a second run there would prune and average the first's
-        print(f"minitransformer train: {out} already holds a run ({earlier[0].name}); "
+        print(f"{name}: {out} already holds a run ({earlier[0].name}); "
               "continue it with --resume, or start afresh with another --out (or after "
               "removing that folder).", file=sys.stderr)
         return 2
@@ -127,11 +173,17 @@ def run_train(args: argparse.Namespace) -> int:
         check_max_len(args.max_len, positions)  # before any data is read
         corpus = load_corpus(args.data, args.src_lang, args.tgt_lang, seed=args.seed)
         tokenizer = None
-        if args.resume:
+        if args.resume and main:
             tokenizer = Tokenizer.from_bytes(
                 load_checkpoint(out / "checkpoints" / "last.npz").tokenizer_bytes)
-        prepared = prepare_corpus(corpus, pick("vocab_size"), args.max_len, tokenizer,
-                                  positions)
+        if main:
+            prepared = prepare_corpus(corpus, pick("vocab_size"), args.max_len, tokenizer,
+                                      positions)
+        if comm.size > 1:  # rank 0's vocabulary, trained or resumed, for every process
+            shared = comm.broadcast_bytes(prepared.tokenizer.to_bytes() if main else None)
+            if not main:
+                prepared = prepare_corpus(corpus, pick("vocab_size"), args.max_len,
+                                          Tokenizer.from_bytes(shared), positions)
         tokenizer, data = prepared.tokenizer, prepared.data
         train_config = TrainConfig(
             max_tokens=args.max_tokens, accumulate=args.accumulate, warmup_steps=pick("warmup"),
@@ -139,7 +191,7 @@ def run_train(args: argparse.Namespace) -> int:
             clip_norm=args.clip_norm, max_steps=pick("max_steps"),
             max_epochs=pick("max_epochs"),
             time_budget=None if args.time_budget is None else args.time_budget * 60,
-            eval_every=pick("eval_every") or _steps_per_epoch(data, args),
+            eval_every=pick("eval_every") or _steps_per_epoch(data, args, comm.size),
             bleu_sentences=args.bleu_sentences,
             keep_last=args.keep_last, seed=args.seed, progress=not args.no_progress)
         overrides = {"pre_norm": args.pre_norm}
@@ -148,19 +200,21 @@ def run_train(args: argparse.Namespace) -> int:
         manual_seed(args.seed)
         config = TransformerConfig.named(pick("config"), tokenizer.vocab_size, **overrides)
         model = Transformer(config)
-        trainer = Trainer(model, tokenizer, data, train_config, out)
+        trainer = Trainer(model, tokenizer, data, train_config, out, comm)
         if args.resume:  # before run.json is written: a refused resume changes nothing
             trainer.resume()
-    except (DataError, CheckpointError, ValueError) as exc:
-        print(f"minitransformer train: {exc}", file=sys.stderr)
+    except (DataError, CheckpointError, ValueError, DistributedError) as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
         return 2
     train_dropped = _dropped(prepared.train_dropped, f"{args.max_len} tokens", always=True)
     valid_dropped = _dropped(prepared.valid_dropped, f"the model's {positions - 1} tokens")
+    if not main:
+        return _train_share(trainer, name)
     print(f"{corpus.name} {corpus.src_lang}->{corpus.tgt_lang}: {len(data.train):,} training "
           f"pairs{train_dropped}, "
           f"{len(data.valid):,} validation{valid_dropped}, {len(corpus.test):,} test; vocabulary "
           f"{tokenizer.vocab_size:,}; model '{pick('config')}' with "
-          f"{model.num_parameters():,} parameters; {_where()}; run folder {out}")
+          f"{model.num_parameters():,} parameters; {_where(comm)}; run folder {out}")
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save(out / "tokenizer.model")
     (out / "run.json").write_text(json.dumps(
@@ -171,7 +225,7 @@ def run_train(args: argparse.Namespace) -> int:
     try:
         trainer.fit()
     except TrainingError as exc:
-        print(f"minitransformer train: {exc}", file=sys.stderr)
+        print(f"{name}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         if (out / "checkpoints" / "last.npz").exists():
@@ -186,6 +240,20 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_share(trainer: Trainer, name: str) -> int:
+    """A process other than rank 0: train its share, and leave the files and the test set
+    to rank 0."""
+    from ..translation.training import TrainingError
+
+    try:
+        trainer.fit()
+    except TrainingError:  # every process sees the same loss: rank 0 says it
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
 def _dropped(dropped: Dropped, limit: str, always: bool = False) -> str:
     """" (3 longer than 100 tokens and 1 with an empty side dropped)", or "" when none were
     and not ``always``."""
@@ -197,21 +265,25 @@ def _dropped(dropped: Dropped, limit: str, always: bool = False) -> str:
     return f" ({' and '.join(reasons)} dropped)"
 
 
-def _steps_per_epoch(data: TranslationData, args: argparse.Namespace) -> int:
+def _steps_per_epoch(data: TranslationData, args: argparse.Namespace, processes: int) -> int:
     """Optimizer steps in one pass over the training pairs (the batches are the same every
-    epoch; only their order changes)."""
+    epoch; only their order changes): each step takes ``accumulate`` batches per process."""
     from ..data.batching import TokenBatcher
 
-    return max(1, math.ceil(len(TokenBatcher(data.train, args.max_tokens)) / args.accumulate))
+    batches = len(TokenBatcher(data.train, args.max_tokens))
+    return max(1, math.ceil(batches / (args.accumulate * processes)))
 
 
-def _where() -> str:
-    """The device, and on the CPU how many threads ("cpu, 2 threads"): a shared machine's
-    user sees what the run takes (OMP_NUM_THREADS or set_num_threads change it)."""
+def _where(comm: Communicator) -> str:
+    """The device, and on the CPU how many threads ("cpu, 2 threads"; with several processes
+    "2 processes on cpu, 1 thread each"): a shared machine's user sees what the run takes
+    (OMP_NUM_THREADS or set_num_threads change it)."""
     from .. import backend, threads
 
     device = backend.current_device()
-    if device != "cpu":
-        return device
     n = threads.get_num_threads()
-    return f"cpu, {n} thread{'s' if n > 1 else ''}"
+    per_process = ("one GPU" if device != "cpu"
+                   else f"{n} thread{'s' if n > 1 else ''}")
+    if comm.size == 1:
+        return device if device != "cpu" else f"cpu, {per_process}"
+    return f"{comm.size} processes on {device}, {per_process} each"

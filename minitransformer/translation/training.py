@@ -10,10 +10,18 @@ kept, and the last ``keep_last`` step checkpoints for averaging at the end (§6.
 Everything random in a step (dropout) is seeded from (seed, step, batch: one of the step's
 accumulated batches), and the batch order from (seed, epoch), so a run resumed from a
 checkpoint repeats the uninterrupted run's losses.
+
+With several processes (``mpiexec -n N``, a ``communicator`` of size N) a step takes
+``accumulate × N`` batches; process r computes batches r, r + N, ... of them (with the same
+dropout seeds one process would use for those batches), the token-summed losses and gradients
+are summed across processes, and every process applies the same update: the arithmetic of one
+process with ``accumulate × N``. Validation is sharded the same way and reduced. Rank 0 alone
+writes the log, the checkpoints and the progress bar.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -30,6 +38,15 @@ from .. import functional as F
 from ..autograd.grad_mode import no_grad
 from ..data.batching import TokenBatcher, batches_in_order
 from ..data.errors import DataError
+from ..distributed import (
+    Communicator,
+    DistributedError,
+    SingleProcess,
+    allreduce_gradients,
+    allreduce_scalars,
+    broadcast_arrays,
+    broadcast_parameters,
+)
 from ..optim import Adam, clip_grad_norm, noam_rate
 from .checkpoint import (
     CheckpointError,
@@ -99,8 +116,10 @@ class TranslationData:
 
 class Trainer:
     def __init__(self, model: Any, tokenizer: Any, data: TranslationData, config: TrainConfig,
-                 run_dir: str | Path):
+                 run_dir: str | Path, communicator: Communicator | None = None):
         self.model, self.tokenizer, self.data, self.config = model, tokenizer, data, config
+        self.comm = communicator if communicator is not None else SingleProcess()
+        self.is_main = self.comm.rank == 0  # the process that writes files and prints
         smallest = min(model.config.src_vocab_size, model.config.tgt_vocab_size)
         if smallest < tokenizer.vocab_size:  # found now, not at the first batch
             raise ValueError(f"the tokenizer has {tokenizer.vocab_size} pieces but the model's "
@@ -115,11 +134,78 @@ class Trainer:
                             "blank, or every pair has an empty side or is longer than the model "
                             "can encode; give a validation file with sentences in it.")
         self.state = {"step": 0, "epoch": 0, "batch": 0, "elapsed": 0.0, "tokens": 0,
-                      "best_valid_loss": None, "seed": config.seed}
+                      "best_valid_loss": None, "seed": config.seed,
+                      "processes": self.comm.size}
+        self._started = time.perf_counter()  # fit() moves it back by a resumed run's time
+        if self.comm.size > 1:
+            self._check_processes_agree()
+
+    # ------------------------------------------------------------------ several processes
+    def _fingerprint(self) -> dict[str, Any]:
+        """What every process of a run must share, as JSON values."""
+        def digest(value: Any) -> str:
+            return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
+
+        return {"model configuration": self.model.config.to_dict(),
+                "training configuration": {k: v for k, v in asdict(self.config).items()
+                                           if k != "progress"},
+                "vocabulary": hashlib.sha256(self.tokenizer.to_bytes()).hexdigest()[:16],
+                "training pairs": digest(self.data.train),
+                "validation pairs": digest(self.data.valid),
+                "validation text": digest([self.data.valid_sources,
+                                           self.data.valid_references]),
+                "device": backend.current_device()}
+
+    def _check_processes_agree(self) -> None:
+        """Refuse, on every process at once, a run whose processes would train different
+        things (another data file, vocabulary or option on one machine)."""
+        everyone = self.comm.allgather_json(self._fingerprint())
+        differences = []
+        for rank, theirs in enumerate(everyone[1:], start=1):
+            for key, value in theirs.items():
+                ours = everyone[0][key]
+                if value == ours:
+                    continue
+                if isinstance(value, dict):
+                    fields = ", ".join(f"{name} {value.get(name)!r} against {ours.get(name)!r}"
+                                       for name in sorted(set(value) | set(ours))
+                                       if value.get(name) != ours.get(name))
+                    differences.append(f"rank {rank}'s {key} ({fields})")
+                else:
+                    differences.append(f"rank {rank}'s {key}")
+        if differences:
+            raise DistributedError(
+                "the processes of this run would not train the same model: "
+                + "; ".join(differences) + " differ from rank 0's. Start every process with "
+                "the same command, data files and installed version.")
+
+    def _synchronise(self) -> None:
+        """Give every process rank 0's weights, Adam moments and training state: at the
+        start (random initialisations may differ) and after a resume (rank 0 read it)."""
+        if self.comm.size == 1:
+            return
+        broadcast_parameters(self.optimizer.params, self.comm)
+        broadcast_arrays(self.optimizer.m + self.optimizer.v, self.comm)
+        shared = self.comm.broadcast_json({"state": self.state,
+                                           "adam": [self.optimizer.step_count,
+                                                    self.optimizer.lr]})
+        self.state.update(shared["state"])
+        self.optimizer.step_count, self.optimizer.lr = shared["adam"]
+        before = self.state.get("processes", self.comm.size)
+        if before != self.comm.size and self.is_main:
+            tqdm.write(f"resuming a run of {before} processes with {self.comm.size}: a step "
+                       f"now takes {self.config.accumulate * self.comm.size} batches instead "
+                       f"of {self.config.accumulate * before}, so the run goes on from the "
+                       "same place in the data with a different effective batch, and its "
+                       "losses will not repeat those of an uninterrupted run.")
+        self.state["processes"] = self.comm.size
 
     # ------------------------------------------------------------------ resume
     def resume(self, path: str | Path | None = None) -> None:
-        """Continue from a checkpoint (default: this run's last.npz)."""
+        """Continue from a checkpoint (default: this run's last.npz). With several processes,
+        rank 0 reads it and ``fit`` gives the others its state."""
+        if not self.is_main:
+            return
         path = Path(path or self.checkpoints / "last.npz")
         checkpoint = load_checkpoint(path)
         if checkpoint.config != self.model.config:
@@ -167,27 +253,30 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, Any]:
         c, state = self.config, self.state
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        for folder in (self.run_dir, self.checkpoints):  # what a killed run's saves left
-            if folder.is_dir():
-                remove_stale_temporaries(folder)
-        log = open(self.run_dir / "log.jsonl", "a", encoding="utf-8")
-        bar = tqdm(total=c.max_steps, initial=state["step"], disable=not c.progress,
-                   unit="step", dynamic_ncols=True)
-        started = time.perf_counter() - state["elapsed"]
+        self._synchronise()
+        if self.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            for folder in (self.run_dir, self.checkpoints):  # what a killed run's saves left
+                if folder.is_dir():
+                    remove_stale_temporaries(folder)
+        log = _Log(self.run_dir / "log.jsonl" if self.is_main else None)
+        bar = tqdm(total=c.max_steps, initial=state["step"],
+                   disable=not (c.progress and self.is_main), unit="step", dynamic_ncols=True)
+        started = self._started = time.perf_counter() - state["elapsed"]
         summary: dict[str, Any] = {}
         try:
             while not self._done(started):
                 self.batcher.set_epoch(state["epoch"])
                 batches = list(self.batcher)
                 while state["batch"] < len(batches) and not self._done(started):
-                    group = batches[state["batch"]:state["batch"] + c.accumulate]
+                    per_step = c.accumulate * self.comm.size
+                    group = batches[state["batch"]:state["batch"] + per_step]
                     record = self._step(group)
                     state["batch"] += len(group)
-                    state["elapsed"] = time.perf_counter() - started
+                    if self.comm.size == 1:  # else rank 0's clock, brought by the step
+                        state["elapsed"] = time.perf_counter() - started
                     record.update(epoch=state["epoch"], elapsed=round(state["elapsed"], 2))
-                    log.write(json.dumps(record) + "\n")
-                    log.flush()
+                    log.write(record)
                     bar.update(1)
                     bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
                                     tok_s=f"{record['tokens_per_s']:.0f}")
@@ -198,7 +287,9 @@ class Trainer:
                     state["batch"] = 0
             if state["step"] % c.eval_every != 0 or not summary:
                 summary = self._validate_and_save(log)
-            summary.update(self._average())
+            if self.is_main:
+                summary.update(self._average())
+            self.comm.barrier()  # the others wait for rank 0's final model
         finally:
             bar.close()
             log.close()
@@ -206,22 +297,28 @@ class Trainer:
 
     def _done(self, started: float) -> bool:
         c, state = self.config, self.state
+        # several processes must stop at the same step: they judge the time by rank 0's
+        # clock, which every step's reduction brings them (state["elapsed"])
+        elapsed = (time.perf_counter() - started if self.comm.size == 1
+                   else state["elapsed"])
         return ((c.max_steps is not None and state["step"] >= c.max_steps)
                 or (c.max_epochs is not None and state["epoch"] >= c.max_epochs)
-                or (c.time_budget is not None
-                    and time.perf_counter() - started >= c.time_budget))
+                or (c.time_budget is not None and elapsed >= c.time_budget))
 
     def _step(self, group: list[Any]) -> dict[str, Any]:
-        """One optimizer step over ``group`` (one or more batches)."""
-        c, state = self.config, self.state
+        """One optimizer step over ``group`` (one or more batches; with N processes, this
+        process computes every N-th of them)."""
+        c, state, comm = self.config, self.state, self.comm
         start = time.perf_counter()
         self.model.train()
         self.optimizer.zero_grad()
         n_tokens = sum(batch.n_tgt_tokens for batch in group)
         loss_sum = 0.0
-        seeds_per_step = max(64, c.accumulate)  # one seed for each batch, none shared
-        for i, batch in enumerate(group):
-            # dropout masks depend on (seed, step, batch) only: resuming repeats them
+        seeds_per_step = max(64, c.accumulate * comm.size)  # one seed per batch, none shared
+        for i in range(comm.rank, len(group), comm.size):
+            batch = group[i]
+            # dropout masks depend on (seed, step, batch) only: resuming repeats them, and
+            # N processes draw the masks one process would draw for the same batches
             backend.manual_seed((c.seed * 1_000_003 + state["step"]) * seeds_per_step + i)
             logits = self.model(batch.src, batch.tgt_in)
             loss = F.cross_entropy(logits, batch.tgt_out, c.label_smoothing,
@@ -229,12 +326,16 @@ class Trainer:
             token_loss = loss * batch.n_tgt_tokens        # a sum over the batch's tokens
             token_loss.backward()
             loss_sum += token_loss.item()
+        # the step's loss, summed over the processes, and rank 0's clock
+        clock = time.perf_counter() - self._started if comm.rank == 0 else 0.0
+        loss_sum, state["elapsed"] = allreduce_scalars([loss_sum, clock], comm)
         mean_loss = loss_sum / n_tokens
         if not math.isfinite(mean_loss):
             raise TrainingError(
                 f"the loss became {mean_loss} at step {state['step'] + 1} (epoch "
                 f"{state['epoch']}); training stopped and the last good checkpoint in "
                 f"{self.checkpoints} is untouched. Lower --lr-scale or set --clip-norm.")
+        allreduce_gradients(self.optimizer.params, comm)  # every process: the whole step's
         for p in self.optimizer.params:  # summed token gradients -> mean over the tokens
             if p.grad is not None:
                 p.grad *= 1.0 / n_tokens
@@ -261,14 +362,16 @@ class Trainer:
         """The label-smoothed loss per token on the validation pairs (as trained)."""
         return self._valid_losses()[0]
 
-    def _valid_losses(self) -> tuple[float, float]:
-        """(label-smoothed loss, negative log-likelihood) per token on the validation pairs."""
+    def _valid_losses(self, comm: Communicator | None = None) -> tuple[float, float]:
+        """(label-smoothed loss, negative log-likelihood) per token on the validation pairs;
+        with several processes each computes every N-th batch, and the sums are reduced."""
         model, c = self.model, self.config
+        comm = comm if comm is not None else self.comm
         model.eval()
         smoothed = nll = 0.0
         n_tokens = 0
         with no_grad():
-            for batch in batches_in_order(self.data.valid, c.max_tokens):
+            for batch in batches_in_order(self.data.valid, c.max_tokens)[comm.rank::comm.size]:
                 logits = model(batch.src, batch.tgt_in)
                 pad = model.config.pad_id
                 smoothed += F.cross_entropy(logits, batch.tgt_out, c.label_smoothing,
@@ -276,6 +379,7 @@ class Trainer:
                 nll += F.cross_entropy(logits, batch.tgt_out, 0.0, pad).item() * batch.n_tgt_tokens
                 n_tokens += batch.n_tgt_tokens
         model.train()
+        smoothed, nll, n_tokens = allreduce_scalars([smoothed, nll, n_tokens], comm)
         return smoothed / n_tokens, nll / n_tokens
 
     def validate(self) -> dict[str, Any]:
@@ -286,19 +390,27 @@ class Trainer:
         result: dict[str, Any] = {"valid_loss": smoothed, "valid_ppl": math.exp(min(nll, 50.0))}
         n = min(c.bleu_sentences, len(self.data.valid_sources))
         if n:
-            hypotheses = translate(model, self.tokenizer, self.data.valid_sources[:n])
+            hypotheses = self._translate_shared(self.data.valid_sources[:n])
             score = corpus_bleu(hypotheses, self.data.valid_references[:n])
             result.update(valid_bleu=score.score, bleu_signature=score.signature,
                           sample=[self.data.valid_sources[0], hypotheses[0]])
         model.train()
         return result
 
+    def _translate_shared(self, sentences: list[str]) -> list[str]:
+        """Greedy translations of ``sentences``, process r translating every N-th one."""
+        comm = self.comm
+        mine = translate(self.model, self.tokenizer, sentences[comm.rank::comm.size])
+        if comm.size == 1:
+            return mine
+        shares = comm.allgather_json(mine)
+        return [shares[i % comm.size][i // comm.size] for i in range(len(sentences))]
+
     def _validate_and_save(self, log: Any) -> dict[str, Any]:
         state = self.state
         result = self.validate()
         result["step"], result["epoch"] = state["step"], state["epoch"]
-        log.write(json.dumps({"validation": result}) + "\n")
-        log.flush()
+        log.write({"validation": result})
         if not math.isfinite(result["valid_loss"]):  # an update broke the weights: keep them
             raise TrainingError(                        # out of every checkpoint
                 f"the validation loss became {result['valid_loss']} at step {state['step']} "
@@ -309,6 +421,8 @@ class Trainer:
                     or result["valid_loss"] < state["best_valid_loss"])
         if improved:
             state["best_valid_loss"] = result["valid_loss"]
+        if not self.is_main:
+            return result
         step_path = self.checkpoints / f"step-{state['step']:07d}.npz"
         record = {"trainer": dict(state), "train_config": asdict(self.config),
                   "validation": result}
@@ -335,7 +449,7 @@ class Trainer:
         save_averaged(self.checkpoints / "averaged.npz", averaged)
         trained = {name: p.data for name, p in self.model.named_parameters()}
         self.model.load_state_dict(averaged.model_state)
-        averaged_loss = self.validate_loss()
+        averaged_loss = self._valid_losses(SingleProcess())[0]  # rank 0 alone
         self.model.load_state_dict({n: backend.to_numpy(a) for n, a in trained.items()})
         use_average = averaged_loss <= self.state["best_valid_loss"]
         final = self.checkpoints / ("averaged.npz" if use_average else "best.npz")
@@ -344,6 +458,23 @@ class Trainer:
                    f"the best {self.state['best_valid_loss']:.3f}; final model: {final.name}")
         return {"averaged": str(self.checkpoints / "averaged.npz"),
                 "averaged_valid_loss": averaged_loss, "final": final.name}
+
+
+class _Log:
+    """log.jsonl, one JSON record per line, flushed at once; nothing where ``path`` is None
+    (the processes other than rank 0)."""
+
+    def __init__(self, path: Path | None):
+        self.file = open(path, "a", encoding="utf-8") if path is not None else None
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.file is not None:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
 
 
 def _link_atomically(source: Path, target: Path) -> None:
