@@ -126,6 +126,10 @@ def run_train(args: argparse.Namespace) -> int:
         status = _train(args, comm)
     except BaseException:  # a bug: say where, then end every process of the run
         traceback.print_exc()
+        print(f"minitransformer train (rank {comm.rank} of {comm.size}): this process "
+              "failed (above), so every process of the run stops now; the checkpoints "
+              "already written are intact, and --resume continues from the last one.",
+              file=sys.stderr)
         comm.abort(1)
         raise
     if status == INTERRUPTED and comm.rank != 0:

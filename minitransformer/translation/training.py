@@ -182,15 +182,14 @@ class Trainer:
     def _synchronise(self) -> None:
         """Give every process rank 0's weights, Adam moments and training state: at the
         start (random initialisations may differ) and after a resume (rank 0 read it)."""
-        if self.comm.size == 1:
-            return
-        broadcast_parameters(self.optimizer.params, self.comm)
-        broadcast_arrays(self.optimizer.m + self.optimizer.v, self.comm)
-        shared = self.comm.broadcast_json({"state": self.state,
-                                           "adam": [self.optimizer.step_count,
-                                                    self.optimizer.lr]})
-        self.state.update(shared["state"])
-        self.optimizer.step_count, self.optimizer.lr = shared["adam"]
+        if self.comm.size > 1:
+            broadcast_parameters(self.optimizer.params, self.comm)
+            broadcast_arrays(self.optimizer.m + self.optimizer.v, self.comm)
+            shared = self.comm.broadcast_json({"state": self.state,
+                                               "adam": [self.optimizer.step_count,
+                                                        self.optimizer.lr]})
+            self.state.update(shared["state"])
+            self.optimizer.step_count, self.optimizer.lr = shared["adam"]
         before = self.state.get("processes", self.comm.size)
         if before != self.comm.size and self.is_main:
             tqdm.write(f"resuming a run of {before} processes with {self.comm.size}: a step "
