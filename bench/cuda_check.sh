@@ -8,7 +8,10 @@
 #    tests/test_cuda.py checks the fused kernels against the NumPy path (pytest-xdist if
 #    present: the suite is CPU-bound apart from those);
 # 3. bench/compare_torch.py --device cuda (CuPy against CUDA PyTorch), with the options given;
-#    its results go to bench/results/compare_torch.<gpu>.{json,md} (h100 on an NVIDIA H100).
+#    its results go to bench/results/compare_torch.<gpu>.{json,md} (h100 on an NVIDIA H100);
+# 4. with two GPUs or more and mpi4py (the distributed extra): data parallelism through NCCL,
+#    the float64 gradients of two processes against one's (tests/distributed/ranks.py) and a
+#    short two-process training run on the GPUs.
 #
 # Needs CuPy, PyTorch with CUDA, and the project's dependencies importable; the project itself
 # is used in place (PYTHONPATH), so nothing is installed. Logs go to LOG_DIR.
@@ -40,5 +43,20 @@ tests_status=${PIPESTATUS[0]}
 "$python" bench/compare_torch.py --device cuda "$@" 2>&1 | tee "$out/compare_torch.log"
 compare_status=${PIPESTATUS[0]}
 
-echo "pytest exit $tests_status, compare_torch exit $compare_status"
-[ "$tests_status" -eq 0 ] && [ "$compare_status" -eq 0 ]
+distributed_status=0
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+if [ "$gpus" -ge 2 ] && "$python" -c "import mpi4py" 2>/dev/null; then
+    {
+        MINITRANSFORMER_DEVICE=cuda mpiexec -n 2 "$python" tests/distributed/ranks.py gradients &&
+        mpiexec -n 2 "$python" -m minitransformer train --device cuda --max-steps 40 \
+            --eval-every 20 --bleu-sentences 50 --no-progress --out "$out/distributed-run"
+    } 2>&1 | tee "$out/distributed.log"
+    distributed_status=${PIPESTATUS[0]}
+else
+    echo "data parallelism on GPUs: needs 2 GPUs (found $gpus) and mpi4py; not run" |
+        tee "$out/distributed.log"
+fi
+
+echo "pytest exit $tests_status, compare_torch exit $compare_status," \
+     "distributed exit $distributed_status"
+[ "$tests_status" -eq 0 ] && [ "$compare_status" -eq 0 ] && [ "$distributed_status" -eq 0 ]

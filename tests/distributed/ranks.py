@@ -26,6 +26,7 @@ from minitransformer.data.batching import batches_in_order  # noqa: E402
 from minitransformer.distributed import (  # noqa: E402
     allreduce_gradients,
     broadcast_parameters,
+    select_gpu,
     world,
 )
 from minitransformer.nn import Transformer, TransformerConfig  # noqa: E402
@@ -54,6 +55,8 @@ def digest(arrays):
 
 def gradients():
     comm = world()
+    if mt.backend.current_device() == "cuda":  # bench/cuda_check.sh: NCCL between GPUs
+        select_gpu(comm)
     mt.set_default_dtype("float64")
     tokenizer, data = make_task()
     model = tiny_model(tokenizer.vocab_size, seed=comm.rank)  # different on each rank...
