@@ -91,9 +91,16 @@ print("library agrees:", np.allclose(out.numpy(), by_hand), np.allclose(lib_weig
 # | $P = \mathrm{softmax}(S)$ | $dS = P \circ (dP - \mathrm{rowsum}(dP \circ P))$ (chapter 4) |
 # | $S = QK^\top/\sqrt D$ | $dQ = dS\, K / \sqrt D$, $\quad dK = dS^\top Q / \sqrt D$ |
 #
-# The library runs exactly this as one fused Function over any leading axes (batch, heads):
+# The library runs this as one fused Function over any leading axes (batch, heads), with one
+# shortcut in the middle row: the row sum it subtracts is $\mathrm{rowsum}(dO \circ O)$, a sum
+# over the $D_v$ columns of the output instead of the $S$ columns of the weights. The two are
+# equal, since $\sum_j P_{ij}\, dP_{ij} = \sum_j P_{ij}\, (dO_i \cdot v_j) = dO_i \cdot
+# \sum_j P_{ij} v_j = dO_i \cdot O_i$:
 
 # %%
+dO = np.random.default_rng(1).standard_normal(by_hand.shape)         # (T, Dv), any upstream
+print("rowsum(dP∘P) == rowsum(dO∘O):",
+      np.allclose(((dO @ v.T) * weights).sum(axis=1), (dO * by_hand).sum(axis=1)))
 print(check_function(F.scaled_dot_product_attention, rng.standard_normal((2, 3, 4)),
                      rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 5, 3)),
                      name="attention"))
@@ -119,8 +126,9 @@ tape
 
 # %% [markdown]
 # The library's attention is one Function: one node, one backward (the table above), which
-# keeps only what that backward reads: $Q$, $K$, $V$, the weights $P$ and the output. Same
-# numbers, fewer and larger steps: that is what the fused Functions of this project are for.
+# keeps only what that backward reads: $Q$, $K$, $V$, the weights $P$ and the output $O$ (for
+# that row sum). Same numbers, fewer and larger steps: that is what the fused Functions of
+# this project are for.
 
 # %%
 fused = F.scaled_dot_product_attention(Q, K, V)
@@ -210,8 +218,8 @@ print(f"largest intermediate array: scores {T * T * 4 / 1e6:.2f} MB against the 
 # initialisation (weights of variance 1/fan-in). Besides the variance of the scores and the
 # largest weight, we measure the gradient the softmax passes back to the scores of the nine
 # keys that are *not* the largest, for a random upstream gradient $dP$ on the weights
-# (chapter 4: $dS = P \circ (dP - \mathrm{rowsum}(dP \circ P))$), as a median over all
-# queries.
+# (chapter 4: $dS = P \circ (dP - \mathrm{rowsum}(dP \circ P))$), as the median of $|dS|$
+# over all (query, other key) pairs.
 
 # %%
 dims = [4, 16, 64, 256] if FAST else [4, 8, 16, 32, 64, 128, 256, 512, 1024]
@@ -268,7 +276,7 @@ plt.show()
 # almost nothing to learn from. With the scaling, the variance stays at 1, the weights stay
 # spread and that gradient stays near $4 \times 10^{-2}$ at every width. Additive scores
 # behave like the scaled ones without needing a scale: each hidden unit is a tanh, between
-# −1 and 1, so the scores stay small (a variance between 0.3 and 0.8 here, with no trend)
+# −1 and 1, so the scores stay small (a variance of about 0.3 to 0.8 here, with no trend)
 # whatever $d_k$. That is the mechanism the paper suspects; the claim that additive attention
 # then *trains* better than unscaled dot products at large $d_k$ is a translation result it
 # cites (Britz et al., 2017), not one measured here. The scale buys dot products the same
@@ -279,6 +287,8 @@ plt.show()
 # 1. Redo the worked example with $d_k = 512$ and dot products of 316.8 and 271.5
 #    ($\sqrt{512} \approx 22.6$). What are the weights with and without scaling?
 # 2. Gradient-check attention with scores scaled by $1/d_k$ instead of $1/\sqrt{d_k}$ (write
-#    it with `matmul` and `softmax`). Is the gradient right? Is the model better off?
+#    it with `matmul` and `softmax`). Is the gradient right? Rerun the last section's table
+#    with this scale: what happens to the weights and to the gradient as $d_k$ grows?
 # 3. Time the library's attention for T = S = 64, 128, 256, 512 with D = 64. How does the time
-#    grow with the length, and which step dominates?
+#    grow with the length? Time the three steps of `attention_by_hand` separately: which one
+#    dominates?

@@ -247,22 +247,33 @@ def _ch05_over_dk_check() -> float:
 
 
 @functools.cache
-def _ch05_saturation(d: int = 64) -> dict[str, float]:
-    """Chapter 5's measurement at one d_k: score spread and the mean largest of 10 weights."""
+def _ch05_saturation(d: int) -> dict[str, float]:
+    """Chapter 5's measurement at one d_k, scaled by 1/√d_k ("sqrt") and by 1/d_k ("d"): the
+    variance of the scores, the mean largest of 10 weights, the median |dS| at the other nine
+    keys for a random dP, and the mean norm of the gradient dQ = dS K / scale."""
     rng = np.random.default_rng(0)
-    raw = np.einsum("nd,nkd->nk", rng.standard_normal((2000, d)),
-                    rng.standard_normal((2000, 10, d)))
+    qs, ks = rng.standard_normal((2000, d)), rng.standard_normal((2000, 10, d))
+    raw = np.einsum("nd,nkd->nk", qs, ks)                                   # (n, 10)
+    dP = rng.standard_normal((2000, 10))
     result = {}
     for name, scale in (("sqrt", math.sqrt(d)), ("d", d)):
         s = raw / scale
         p = np.exp(s - s.max(axis=1, keepdims=True))
-        result[f"std_{name}"] = float(s.std())
-        result[f"top_{name}"] = float((p / p.sum(axis=1, keepdims=True)).max(axis=1).mean())
+        p /= p.sum(axis=1, keepdims=True)
+        dS = p * (dP - (dP * p).sum(axis=1, keepdims=True))
+        others = p < p.max(axis=1, keepdims=True)
+        dQ = np.einsum("nk,nkd->nd", dS, ks) / scale                        # (n, d)
+        result[f"var_{name}"] = float(s.var())
+        result[f"top_{name}"] = float(p.max(axis=1).mean())
+        result[f"grad_{name}"] = float(np.median(np.abs(dS[others])))
+        result[f"dq_{name}"] = float(np.linalg.norm(dQ, axis=1).mean())
     return result
 
 
-for _key in ("std_sqrt", "std_d", "top_sqrt", "top_d"):
-    check(f"05.saturation_{_key}")(functools.partial(lambda k: _ch05_saturation()[k], _key))
+for _d in (4, 64, 1024):
+    for _key in ("var_d", "top_sqrt", "top_d", "grad_sqrt", "grad_d", "dq_sqrt", "dq_d"):
+        check(f"05.saturation_{_key}_{_d}")(
+            functools.partial(lambda d, k: _ch05_saturation(d)[k], _d, _key))
 
 
 # ---------------------------------------------------------------- chapter 6: masks
