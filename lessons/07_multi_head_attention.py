@@ -140,16 +140,33 @@ tape
 # ## The gradient through all of it
 #
 # `check_module` checks the three inputs (query, key, value) and all eight parameter arrays
-# ($W^Q, W^K, W^V, W^O$ and their biases). One of them has an exactly zero true gradient: the
-# bias of the keys, since adding the same $q \cdot b_K$ to a whole row of scores changes no
-# softmax. That parameter exists only because the library gave its projections biases where
-# the paper has none; finding out why its zero gradient is not a bug is exercise 1.
+# ($W^Q, W^K, W^V, W^O$ and their biases):
 
 # %%
 print(check_module(MultiHeadAttention(8, 2), rng.standard_normal((2, 3, 8)),
                    rng.standard_normal((2, 4, 8)), rng.standard_normal((2, 4, 8))))
 
 # %% [markdown]
+# One of those arrays has an exactly zero true gradient: the bias of the keys, since adding
+# the same $q \cdot b_K$ to a whole row of scores changes no softmax. One backward pass in
+# float64, with a random upstream gradient, shows it beside the biases of the queries and the
+# values:
+
+# %%
+with mt.default_dtype("float64"):
+    layer = MultiHeadAttention(8, 2)
+    query = mt.tensor(rng.standard_normal((2, 3, 8)))             # (B, T, C)
+    memory = mt.tensor(rng.standard_normal((2, 4, 8)))            # (B, S, C)
+    out = layer(query, memory, memory)                            # (B, T, C)
+    out.backward(rng.standard_normal(out.shape))
+for name in ("w_q", "w_k", "w_v"):
+    print(f"largest |gradient| of {name}.bias: {np.abs(getattr(layer, name).bias.grad).max():.1e}")
+
+# %% [markdown]
+# The key bias's gradient is float64 rounding, against gradients of order 1 for the other
+# two. That parameter exists only because the library gave its projections biases where the
+# paper has none; finding out why its zero gradient is not a bug is exercise 1.
+#
 # ## The cost of h heads against one wide head
 #
 # > Due to the reduced dimension of each head, the total computational cost is similar to
@@ -236,7 +253,7 @@ for heads in (1, 2):
 # ## Exercises
 #
 # 1. Prove that the key bias $b_K$ receives zero gradient. Does the query bias?
-# 2. Show that with $h$ heads the model can put weight 1 on two different keys for the same
-#    query, and with one head it cannot.
+# 2. Show that with $h$ heads the model can put a weight close to 1 (as the scores grow) on two
+#    different keys for the same query, and with one head it cannot.
 # 3. Table 3 row (A) varies $h$ with $d_{model}$ fixed. Time $h$ = 1, 4, 16, 32 at
 #    $d_{model} = 512$: when do many small matrix products start to cost more?
