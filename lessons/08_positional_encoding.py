@@ -62,6 +62,17 @@ viz.positional_encoding(d_model, length, path=FIGURES / "08_positional_encoding.
 plt.show()
 
 # %% [markdown]
+# In the picture the positions run along and the 64 dimensions up, blue for +1 and red for
+# −1. The bottom rows are the fastest pair, with a wavelength of $2\pi \approx 6.3$ positions:
+# their colours flip every three positions or so, a checkerboard. Each pair up is slower, its
+# wavelength $10000^{2/64} \approx 1.33$ times the one below, and the waves fan out to the
+# right. From dimension 30 up a quarter of a wavelength is longer than the 100 positions
+# drawn: there the sines of the even rows have risen only part of the way from 0 (white)
+# towards 1, and the cosines of the odd rows are still near 1 (dark blue), so the interleaved
+# layout shows as horizontal stripes, alternately pale and dark. At position 0, the left edge,
+# every sine is 0 and every cosine 1, so that column alternates white and dark blue from the
+# bottom to the top.
+#
 # ## A fixed linear map from position to position + k
 #
 # For one pair with frequency $\omega$, $(\sin \omega(p+k), \cos \omega(p+k))$ is
@@ -235,8 +246,8 @@ except ValueError as error:
 # %% [markdown]
 # ## Exercises
 #
-# 1. Compute $PE_p \cdot PE_{p+k}$ for $k$ from −50 to 50 and plot it. Is it symmetric in
-#    $k$? Does it decrease monotonically?
+# 1. With a table of 101 positions, compute $PE_{50} \cdot PE_{50+k}$ for $k$ from −50 to 50
+#    and plot it. Is it symmetric in $k$? Does it decrease monotonically?
 # 2. Fit $M_k$ by least squares from the table (without the formula) using positions 0..L for
 #    growing L. Why is the fit poorly conditioned for small L? (Hint: the slowest sinusoids.)
 # 3. The embeddings are multiplied by $\sqrt{d_{model}}$ before the positions are added
