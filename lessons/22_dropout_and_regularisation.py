@@ -84,10 +84,11 @@ for p in (0.1, 0.5):
           f"{np.abs(x).max():.2f}")
 
 # %% [markdown]
-# The averages miss their targets by about $|x|\sqrt{p/((1-p)\,n)}$ for $n$ draws, the
-# standard error of a mean of $n$ draws: that is all the difference left. (On the CPU the
-# library draws its mask as 16-bit integers, so $p$ is rounded to a multiple of $1/65536$ and
-# the scale is computed from the rounded $p$: the expectation stays exact.)
+# The scaled average misses $x$ by about $|x|\sqrt{p/((1-p)\,n)}$ for $n$ draws, the standard
+# error of a mean of $n$ draws of $x_i m_i/(1-p)$, and the unscaled one misses $(1-p)\,x$ by
+# $1-p$ times that, $|x|\sqrt{p(1-p)/n}$ (at $p = 0.5$, half): that is all the difference left.
+# (On the CPU the library draws its mask as 16-bit integers, so $p$ is rounded to a multiple of
+# $1/65536$ and the scale is computed from the rounded $p$: the expectation stays exact.)
 #
 # ## The backward: the same mask
 #
@@ -165,11 +166,13 @@ for name in dropouts:
 # ## Training mode and evaluation mode
 #
 # Dropout belongs to training. A translation, a validation loss or a BLEU score is computed
-# with every entry kept, which the inverted scaling makes the expected value of the training
-# output. Each module has a `training` attribute; `model.train()` and `model.eval()` set it
-# on every module of the model. In training mode two passes over the same batch give
-# different outputs; in evaluation mode they are identical, and equal to those of the same
-# weights with $P_{drop} = 0$:
+# with every entry kept. For each dropout layer on its own that is, thanks to the inverted
+# scaling, the expected value of its training output; for the whole network it only
+# approximates the average over the masks, since the ReLUs, softmaxes and LayerNorms between
+# the dropout layers are not linear. Each module has a `training` attribute; `model.train()`
+# and `model.eval()` set it on every module of the model. In training mode two passes over the
+# same batch give different outputs; in evaluation mode they are identical, and equal to those
+# of the same weights with $P_{drop} = 0$:
 
 # %%
 src, tgt = rng.integers(4, 50, (2, 7)), rng.integers(4, 50, (2, 6))
@@ -276,16 +279,16 @@ figure.savefig(FIGURES / "22_dropout.png", dpi=120)
 plt.show()
 
 # %% [markdown]
-# In the full mode's 500 steps the two runs part after about 200 steps. Without dropout the
-# loss on the training pairs keeps falling, to about 1.3 nats a token, while the validation
-# loss turns around near step 300 (about 3.0) and climbs again (3.1 at step 500): the model
-# has begun to learn its 1,000 pairs by heart. With $P_{drop} = 0.1$ the training loss falls
-# more slowly (to about 2.1) and the validation loss keeps falling, to about 2.7, below the
-# other run's best. That is the direction of the paper's Table 3, row (D), on WMT
-# English–German with the base model: $P_{drop} = 0$ gives a development perplexity of 5.77
-# and 24.6 BLEU, against 4.92 and 25.8 at 0.1. The fast mode stops at step 100, before the
-# runs part: there dropout only makes both losses a little higher, and says nothing yet about
-# overfitting.
+# In the full mode's 500 steps the validation curves cross between steps 200 and 300. Without
+# dropout the loss on the training pairs keeps falling, to about 1.3 nats a token, while the
+# validation loss turns around near step 300 (about 3.0) and climbs again (3.1 at step 500):
+# the model has begun to learn its 1,000 pairs by heart. With $P_{drop} = 0.1$ the training
+# loss falls more slowly (to about 2.1) and the validation loss keeps falling, to about 2.7,
+# below the other run's best. That is the direction of the paper's Table 3, row (D), on WMT
+# English–German with the base model: $P_{drop} = 0$ gives a development perplexity of 5.77 and
+# 24.6 BLEU, against 4.92 and 25.8 at 0.1. The fast mode stops at step 100, before the
+# validation curves cross: there dropout only makes both losses a little higher, and says
+# nothing yet about overfitting.
 #
 # ## The effect of label smoothing, measured
 #
@@ -333,9 +336,9 @@ for eps in (0.0, 0.1):
 # 3. Forget `model.eval()`: compute the validation loss of a trained model in training mode
 #    and compare. Why is it higher?
 # 4. The Annotated Transformer also drops the attention weights. Add dropout after the softmax
-#    in a copy of chapter 5's attention and gradient-check it with a fixed mask. Where must
-#    the mask be applied for the rows of the weights no longer to sum to 1, and does that
-#    matter?
+#    in a copy of chapter 5's attention and gradient-check it with a fixed mask. After
+#    dropout the rows of the attention weights no longer sum to 1 (only in expectation). Does
+#    that matter?
 # 5. Repeat the label-smoothing comparison on the 1,000-pair subset of the dropout runs, where
 #    the model overfits. Does smoothing still hurt the validation perplexity? Why might it
 #    not?
