@@ -1264,3 +1264,166 @@ def _ch22_dropout_modules() -> int:
     from minitransformer.nn import Dropout, Transformer, TransformerConfig
     model = Transformer(TransformerConfig.named("tiny", 50))
     return sum(isinstance(module, Dropout) for _, module in model.named_modules())
+
+
+# ---------------------------------------------------------------- chapter 23: data parallelism
+
+@functools.cache
+def _ch23() -> dict[str, Any]:
+    """The chapter's functions and classes (ring_allreduce, InProcess, local_share, ...), its
+    top-level definitions executed alone with its imports: its cells are not run."""
+    import ast
+    path = ROOT / "lessons" / "23_data_parallelism.py"
+    tree = ast.parse(path.read_text())
+    kept = [node for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+            or (isinstance(node, (ast.Import, ast.ImportFrom))
+                and "matplotlib" not in ast.unparse(node))]
+    namespace: dict[str, Any] = {}
+    exec(compile(ast.Module(kept, type_ignores=[]), str(path), "exec"), namespace)
+    return namespace
+
+
+@functools.cache
+def _ch23_tiny_parameters() -> int:
+    from minitransformer.nn import Transformer, TransformerConfig
+    return Transformer(TransformerConfig.named("tiny", 1000)).num_parameters()
+
+
+check("23.tiny_parameters")(_ch23_tiny_parameters)
+check("23.tiny_gradient_bytes")(lambda: 4 * _ch23_tiny_parameters())
+
+
+@functools.cache
+def _ch23_tiny_array_bytes() -> list[int]:
+    from minitransformer.nn import Transformer, TransformerConfig
+    model = Transformer(TransformerConfig.named("tiny", 1000))
+    return [4 * p.size for p in model.parameters()]
+
+
+check("23.tiny_parameter_arrays")(lambda: len(_ch23_tiny_array_bytes()))
+check("23.tiny_median_array_bytes")(lambda: float(np.median(_ch23_tiny_array_bytes())))
+
+
+@functools.cache
+def _ch23_sent(N: int) -> tuple[int, int]:
+    """Bytes sent by the busiest worker: the ring and the naive scheme, on N float32 buffers
+    of the tiny model's size."""
+    rng = np.random.default_rng(0)
+    buffers = [rng.standard_normal(_ch23_tiny_parameters()).astype(np.float32)
+               for _ in range(N)]
+    return (int(_ch23()["ring_allreduce"](buffers)[1].max()),
+            int(_ch23()["naive_allreduce"](buffers)[1].max()))
+
+
+check("23.ring_bytes_8")(lambda: _ch23_sent(8)[0])
+check("23.naive_root_bytes_8")(lambda: _ch23_sent(8)[1])
+
+
+@functools.cache
+def _ch23_uneven() -> tuple[float, list[int]]:
+    """Exercise 2: three workers, buffers of 10 float64 numbers."""
+    rng = np.random.default_rng(1)
+    buffers = [rng.standard_normal(10) for _ in range(3)]
+    summed, sent = _ch23()["ring_allreduce"](buffers)
+    return max(float(np.abs(s - sum(buffers)).max()) for s in summed), sent.tolist()
+
+
+check("23.uneven_ring_error")(lambda: _ch23_uneven()[0])
+check("23.uneven_ring_bytes")(lambda: _ch23_uneven()[1])
+check("23.uneven_ring_bound")(lambda: 2 * (3 - 1) / 3 * 10 * 8)
+
+
+@functools.cache
+def _ch23_last_step() -> dict[str, Any]:
+    """The chapter's "last step of an epoch": the first three token-bucketed batches of 300
+    tokens of the built-in task over two workers (0 and 2, and 1), in float64."""
+    from minitransformer.data.batching import TokenBatcher
+    from minitransformer.nn import Transformer, TransformerConfig
+    from minitransformer.translation.corpus import load_corpus, prepare
+    tokenizer, data, _ = prepare(load_corpus("builtin"), vocab_size=1000, max_len=100)
+    mt.manual_seed(0)
+    with mt.default_dtype("float64"):
+        model = Transformer(TransformerConfig.named("tiny", tokenizer.vocab_size,
+                                                    p_dropout=0.0))
+    batches = list(TokenBatcher(data.train, 300, shuffle=True, seed=0))[:3]
+
+    def summed(share):
+        for p in model.parameters():
+            p.grad = None
+        for batch in share:
+            loss = F.cross_entropy(model(batch.src, batch.tgt_in), batch.tgt_out, 0.1,
+                                   ignore_index=0)
+            (loss * batch.n_tgt_tokens).backward()
+        return np.concatenate([p.grad.ravel() for p in model.parameters()])
+
+    shares = [batches[0::2], batches[1:2]]
+    counts = [sum(b.n_tgt_tokens for b in share) for share in shares]
+    gradients = [summed(share) for share in shares]
+    n, N = sum(counts), len(counts)
+    exact = sum(gradients) / n
+    naive = sum(g / n_k for g, n_k in zip(gradients, counts, strict=True)) / N
+    return {"tokens": counts, "weights": [n / (N * n_k) for n_k in counts],
+            "difference": float(np.linalg.norm(naive - exact) / np.linalg.norm(exact))}
+
+
+check("23.last_step_tokens")(lambda: _ch23_last_step()["tokens"])
+check("23.last_step_weights")(lambda: _ch23_last_step()["weights"])
+check("23.last_step_ratio")(
+    lambda: _ch23_last_step()["tokens"][0] / _ch23_last_step()["tokens"][1])
+check("23.last_step_difference")(lambda: _ch23_last_step()["difference"])
+
+
+def _ch23_ring_seconds(n_bytes: float, N: int = 8, alpha: float = 50e-6,
+                       beta: float = 1.25e9) -> tuple[float, float]:
+    """Exercise 3: the ring's latency and bandwidth terms, in milliseconds."""
+    return 1e3 * 2 * (N - 1) * alpha, 1e3 * 2 * (N - 1) / N * n_bytes / beta
+
+
+@functools.cache
+def _ch23_base_parameters() -> int:
+    from minitransformer.nn import Transformer, TransformerConfig
+    return Transformer(TransformerConfig.named("base", 37000)).num_parameters()
+
+
+check("23.base_parameters")(_ch23_base_parameters)
+check("23.latency_ms")(lambda: _ch23_ring_seconds(0)[0])
+check("23.bandwidth_tiny_ms")(lambda: _ch23_ring_seconds(4 * _ch23_tiny_parameters())[1])
+check("23.bandwidth_base_ms")(lambda: _ch23_ring_seconds(4 * _ch23_base_parameters())[1])
+check("23.crossover_bytes")(lambda: 8 * 50e-6 * 1.25e9)   # N α β: the two terms equal
+
+
+@functools.cache
+def _ch23_idle_worker() -> tuple[bool, float]:
+    """Exercise 4: one batch, two workers; worker 1 has none. (Whether its gradients were
+    None before the reduction, the largest difference from one process's step after it.)"""
+    from minitransformer.data.batching import make_batch
+    from minitransformer.nn import Transformer, TransformerConfig
+    from minitransformer.optim import Adam
+    chapter = _ch23()
+    rng = np.random.default_rng(0)
+    group = [make_batch([(rng.integers(4, 50, 7).tolist(), rng.integers(4, 50, 6).tolist())
+                         for _ in range(4)])]
+    n_tokens = group[0].n_tgt_tokens
+    mt.manual_seed(0)
+    config = TransformerConfig.named("tiny", 50)
+    single = Transformer(config)
+    replicas = [Transformer(config) for _ in range(2)]
+    for replica in replicas:
+        replica.load_state_dict(single.state_dict())
+    optimizers = [Adam(m.parameters(), lr=0.0, eps=1e-9) for m in [single, *replicas]]
+    chapter["local_share"](single, group, 0, 1, 0)
+    chapter["update"](single, optimizers[0], n_tokens, 0)
+    for rank in range(2):
+        chapter["local_share"](replicas[rank], group, rank, 2, 0)
+    idle = all(p.grad is None for p in replicas[1].parameters())
+    chapter["reduce_together"](replicas, chapter["in_process"](2))
+    for replica, optimizer in zip(replicas, optimizers[1:], strict=True):
+        chapter["update"](replica, optimizer, n_tokens, 0)
+    difference = max(float(np.abs(a.data - b.data).max()) for replica in replicas
+                     for a, b in zip(single.parameters(), replica.parameters(), strict=True))
+    return idle, difference
+
+
+check("23.idle_worker_had_no_gradients")(lambda: int(_ch23_idle_worker()[0]))
+check("23.idle_worker_difference")(lambda: _ch23_idle_worker()[1])
