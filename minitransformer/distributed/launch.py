@@ -14,6 +14,7 @@ among the processes of one machine, and ``select_gpu`` gives each process its ow
 from __future__ import annotations
 
 import os
+import sys
 
 from .communicator import Communicator, DistributedError, SingleProcess
 
@@ -52,7 +53,24 @@ def world() -> Communicator:
                 raise DistributedError(
                     f"this process was started by an MPI launcher with {launched_size()} "
                     f"processes, but mpi4py is not installed: {INSTALL_HINT}.") from None
+            _abort_on_uncaught_exceptions(_world)
     return _world
+
+
+def _abort_on_uncaught_exceptions(communicator: Communicator) -> None:
+    """An exception that ends one process of a run would leave the others waiting for it in
+    their next collective, forever: after printing it, end them all (MPI_Abort), as
+    ``python -m mpi4py`` does."""
+    previous = sys.excepthook
+
+    def hook(kind, value, trace):
+        previous(kind, value, trace)
+        if not issubclass(kind, KeyboardInterrupt):
+            print(f"rank {communicator.rank} of {communicator.size} failed (above): ending "
+                  "every process of the run.", file=sys.stderr)
+        communicator.abort(1)
+
+    sys.excepthook = hook
 
 
 def threads_per_process(communicator: Communicator) -> int:

@@ -4,6 +4,7 @@
                         gradients of the whole step on one process (rank 0 prints JSON)
     trainer RUN_DIR     a short Trainer run started from different weights on each rank;
                         rank 0 prints whether the ranks' weights are bit-identical after it
+    uncaught            rank 1 raises before a reduction that rank 0 waits in
     cli FAULT -- ARGS   ``minitransformer ARGS`` where rank 1 meets FAULT at step 4:
                         "raise" (an exception), "kill" (SIGKILL), "none"
 """
@@ -25,6 +26,7 @@ from minitransformer import functional as F  # noqa: E402
 from minitransformer.data.batching import batches_in_order  # noqa: E402
 from minitransformer.distributed import (  # noqa: E402
     allreduce_gradients,
+    allreduce_scalars,
     broadcast_parameters,
     select_gpu,
     world,
@@ -115,6 +117,11 @@ if __name__ == "__main__":
         gradients()
     elif scenario == "trainer":
         trainer(Path(sys.argv[2]))
+    elif scenario == "uncaught":
+        comm = world()
+        if comm.rank == 1:
+            raise ValueError("an uncaught error on rank 1")
+        allreduce_scalars([1.0], comm)
     elif scenario == "cli":
         cli(sys.argv[2], sys.argv[sys.argv.index("--") + 1:])
     else:

@@ -136,3 +136,12 @@ def test_bad_data_on_one_process_ends_the_run_with_its_message(tmp_path):
     assert result.seconds < 60
     assert "minitransformer train (rank 1 of 2):" in result.stderr
     assert "is not a folder" in result.stderr
+
+
+def test_an_uncaught_exception_in_a_script_ends_every_process():
+    """Not only the command: any script that joined the run with world()."""
+    result = mpiexec([sys.executable, str(RANKS), "uncaught"])
+    assert result.returncode != 0
+    assert result.seconds < 60
+    assert "an uncaught error on rank 1" in result.stderr
+    assert "rank 1 of 2 failed (above): ending every process of the run." in result.stderr
