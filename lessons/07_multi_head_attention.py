@@ -197,7 +197,7 @@ print(f"eight heads take {best[8] / best[1]:.2f}x the time of one")
 # the full mode's sizes ($d_{model} = 512$, length 128) the two times come out within about a
 # third of each other, the one or the other ahead depending on the machine, since the
 # projections, identical in both, dominate. The fast mode's sizes ($d_{model} = 128$, length
-# 32) take well under a millisecond; there the fixed cost of each operation weighs more, and
+# 32) take a millisecond or less; there the fixed cost of each operation weighs more, and
 # the eight heads, with their reshapes and eight small products in place of one, can take up
 # to about twice as long as the single head.
 #
