@@ -93,6 +93,7 @@ def main(argv=None):
               f"thread{'s' if mt.get_num_threads() > 1 else ''}",
               flush=True)
     trainer = Trainer(model, tokenizer, data, train_config, out, comm)
+    threads = mt.get_num_threads()  # while training
     trainer.fit()
     if comm.rank != 0:  # rank 0 translates and scores the test set
         return
@@ -102,7 +103,7 @@ def main(argv=None):
     results = {
         "benchmark": "Multi30k de->en, small Transformer, fixed wall-clock budget",
         "budget_minutes": args.minutes, "seed": args.seed, "processes": comm.size,
-        "threads_per_process": mt.get_num_threads(), "config": config.to_dict(),
+        "threads_per_process": threads, "config": config.to_dict(),
         "train": vars(train_config), "num_parameters": model.num_parameters(),
         "tokenizer_seconds": round(tokenizer_seconds, 1), "steps": trainer.state["step"],
         "epochs": trainer.state["epoch"] + trainer.state["batch"] / steps_per_epoch,
