@@ -3,10 +3,14 @@ communicator, and the GPU code path (device buffers reduced on the device, as NC
 on the strict CPU backend with a stand-in communicator."""
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from train_task import make_task
+
+# the small task of the training tests
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "translation"))
+from train_task import make_task  # noqa: E402
 
 import minitransformer as mt
 from minitransformer import backend
