@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
 
 import numpy as np
 
 from .. import backend
+
+ABORT_GRACE_SECONDS = 1.0
 
 
 class DistributedError(RuntimeError):
@@ -144,6 +147,10 @@ class MPICommunicator(Communicator):
     def abort(self, status: int = 1) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
+        # The launcher forwards this process's output through a pipe and kills every
+        # process as soon as it hears of the abort, which can be before it has read the
+        # pipe: a moment's pause lets the message that explains the abort reach the user.
+        time.sleep(ABORT_GRACE_SECONDS)
         self.comm.Abort(status)
 
     def _device_comm(self, array: Any) -> Any:
