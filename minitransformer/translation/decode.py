@@ -32,6 +32,7 @@ import math
 import numbers
 import operator
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from .. import backend
@@ -43,6 +44,17 @@ from ..functional._cuda import is_cupy
 from ..nn.transformer import Transformer
 
 MIN_SHARE = 8  # sentences: a batch of fewer than 2·MIN_SHARE is decoded on one core
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One output of a search for one source sentence (``n_best`` of the searches)."""
+
+    tokens: list[int]             # the output's token ids, without BOS and EOS
+    token_log_probs: list[float]  # log P(y_i | y_<i, X) of each token; EOS's last, if finished
+    log_prob: float               # log P(Y | X), as the search accumulated it
+    score: float                  # log_prob / lp(|Y|): what beam search ranks by
+    finished: bool                # ended with EOS; False when cut at the length limit
 
 
 @contextlib.contextmanager
@@ -141,23 +153,40 @@ def _strip(rows: list[list[int]], eos_id: int) -> list[list[int]]:
 
 
 def greedy_decode(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
-                  max_len: int | None = None, use_cache: bool = True) -> list[list[int]]:
+                  max_len: int | None = None, use_cache: bool = True,
+                  n_best: int | None = None, length_penalty: float = 0.6) -> list:
     """The most probable token at each step, for a batch of sources (B, S).
 
     Stops a sentence at ``eos_id`` (not included in the output) or after ``max_len`` tokens
     (default: its source length + 50, as §6.1). Returns one list of token ids per sentence.
     With ``use_cache=False`` every step decodes the whole prefix again instead of only the
     newest token (the same result, O(length²) per step: for benchmarks).
+
+    With ``n_best=1`` (greedy decoding keeps one hypothesis) it returns instead, for each
+    sentence, a list of one ``Hypothesis``: the tokens with their log-probabilities, and a
+    score log P / lp(|Y|) with α = ``length_penalty``, comparable with beam search's.
     """
+    if n_best is not None and (not _is_index(n_best) or n_best != 1):
+        raise ValueError(f"greedy decoding keeps one hypothesis, so n_best can only be 1 "
+                         f"(got {n_best!r}); use beam_search with beam_size >= n_best for "
+                         "more.")
+    _check_length_penalty(length_penalty)
     src, limits = _source_and_limits(model, src_ids, max_len, bos_id, eos_id)
     with _generating(model):
-        return _on_cores(_greedy, model, src, limits, bos_id, eos_id, use_cache)
+        results = _on_cores(_greedy, model, src, limits, bos_id, eos_id, use_cache,
+                            n_best is not None)
+    if n_best is None:
+        return results
+    return [[_greedy_hypothesis(tokens, log_probs, eos_id, limit, float(length_penalty))]
+            for (tokens, log_probs), limit in zip(results, backend.to_numpy(limits).tolist(),
+                                                  strict=True)]
 
 
 def _greedy(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_id: int,
-            use_cache: bool) -> list[list[int]]:
+            use_cache: bool, with_log_probs: bool) -> list:
     """Greedy decoding of the sentences ``src`` (B, S), each up to its limit (B,): one token
-    list per sentence."""
+    list per sentence, or with ``with_log_probs`` (tokens, log-probabilities), both up to and
+    including the first EOS."""
     src_mask = model.source_mask(src)                                    # (B, 1, 1, S)
     memory = model.encode(src, src_mask)                                 # (B, S, C)
     B = src.shape[0]
@@ -166,6 +195,7 @@ def _greedy(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_id: i
     limit = int(limits.max()) if B else 0
     # generated ids are int64 whatever the source ids are (the target vocabulary may be larger)
     out = xp.full((B, limit), eos_id, dtype=xp.int64)                    # (B, limit)
+    out_log_probs = xp.zeros((B, limit), dtype=memory.data.dtype) if with_log_probs else None
     active = xp.arange(B)                                                # (A,) still decoding
     prefix = xp.full((B, 1), bos_id, dtype=xp.int64)                     # (A, t): BOS, tokens
     for t in range(limit):
@@ -173,8 +203,12 @@ def _greedy(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_id: i
             logits = model.decode(prefix[:, -1:], memory, src_mask, cache)  # (A, 1, V)
         else:
             logits = _decode_prefix(model, prefix, memory, src_mask)      # (A, t+1, V)
-        tokens = logits.data[:, -1].argmax(axis=-1).astype(xp.int64)      # (A,)
+        z = logits.data[:, -1]                                           # (A, V)
+        tokens = z.argmax(axis=-1).astype(xp.int64)                      # (A,)
         out[active, t] = tokens
+        if with_log_probs:  # the chosen token is the row's maximum m: z - lse = -log Σ e^(z-m)
+            m = z[xp.arange(z.shape[0]), tokens][:, None]                # (A, 1)
+            out_log_probs[active, t] = -xp.log(xp.exp(z - m).sum(axis=-1))
         going = (tokens != eos_id) & (t + 1 < limits[active])            # (A,)
         n_going = int(going.sum())
         if n_going == 0:
@@ -186,7 +220,22 @@ def _greedy(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_id: i
             memory, src_mask = memory[keep], src_mask[keep]
             if cache is not None:
                 cache.reorder(keep)
-    return _strip(backend.to_numpy(out).tolist(), eos_id)                # (B, ≤ limit)
+    rows = backend.to_numpy(out).tolist()
+    if not with_log_probs:
+        return _strip(rows, eos_id)                                      # (B, ≤ limit)
+    log_probs = backend.to_numpy(out_log_probs).tolist()
+    return [(row, lps) for row, lps in zip(rows, log_probs, strict=True)]
+
+
+def _greedy_hypothesis(row: list[int], log_probs: list[float], eos_id: int, limit: int,
+                       alpha: float) -> Hypothesis:
+    """A greedy output row (padded with EOS to the batch's limit) as a Hypothesis."""
+    finished = eos_id in row[:limit]
+    length = row.index(eos_id) + 1 if finished else limit               # |Y|, EOS counted
+    token_log_probs = log_probs[:length]
+    log_prob = math.fsum(token_log_probs)
+    return Hypothesis(row[:length - finished], token_log_probs, log_prob,
+                      log_prob / gnmt_length_penalty(length, alpha), finished)
 
 
 def gnmt_length_penalty(length: int, alpha: float) -> float:
@@ -194,9 +243,11 @@ def gnmt_length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def _best_continuations(logits: Any, alive_scores: Any, n_cand: int) -> tuple[Any, Any]:
+def _best_continuations(logits: Any, alive_scores: Any, n_cand: int
+                        ) -> tuple[Any, Any, Any]:
     """The n_cand best continuations of every sentence: their scores (A, n_cand),
-    log P(prefix) + log softmax(logits), and their indices beam·V + token, in no order.
+    log P(prefix) + log softmax(logits), and their indices beam·V + token, in no order; and
+    the log-softmax normalizer log Σ exp(logits) of every row (A, K).
 
     logits (A·K, V) of the newest position, alive_scores (A, K). Partially sorting all K·V
     scores of every sentence would be most of a beam step's work outside the model, so the
@@ -215,6 +266,7 @@ def _best_continuations(logits: Any, alive_scores: Any, n_cand: int) -> tuple[An
     by_sentence = logits.reshape(A, K, V)
     group_max = xp.empty((A, K, G), dtype=logits.dtype)                  # (A, K, G)
     offset = xp.empty((A, K, 1), dtype=logits.dtype)                     # (A, K, 1)
+    log_norm = xp.empty((A, K, 1), dtype=logits.dtype)                   # (A, K, 1)
 
     def block(sentences):  # steps 1 and 2 read every score: blocks, on worker threads
         z, top = by_sentence[sentences], group_max[sentences]            # (a, K, V), (a, K, G)
@@ -225,6 +277,7 @@ def _best_continuations(logits: Any, alive_scores: Any, n_cand: int) -> tuple[An
         # 2. score = z + offset: log softmax is z - log Σ exp z, plus log P(prefix)
         m = top.max(axis=-1, keepdims=True)                              # (a, K, 1) row max
         lse = m + xp.log(xp.exp(z - m).sum(axis=-1, keepdims=True))      # (a, K, 1)
+        log_norm[sentences] = lse
         xp.subtract(alive_scores[sentences][..., None], lse, out=offset[sentences])
     for_blocks(block, A, K * V * logits.itemsize, xp, block_bytes=2 * 2**20)
 
@@ -243,12 +296,13 @@ def _best_continuations(logits: Any, alive_scores: Any, n_cand: int) -> tuple[An
     r = xp.arange(A)[:, None]
     cand_scores = values[r, best]                                        # (A, n_cand)
     cand_index = beam[r, best // width] * V + tokens.reshape(A, -1)[r, best]
-    return cand_scores, cand_index
+    return cand_scores, cand_index, log_norm[..., 0]
 
 
 def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
                 beam_size: int = 4, length_penalty: float = 0.6, max_len: int | None = None,
-                return_scores: bool = False, use_cache: bool = True) -> Any:
+                return_scores: bool = False, use_cache: bool = True,
+                n_best: int | None = None) -> Any:
     """The best of ``beam_size`` hypotheses per sentence, for a batch of sources (B, S).
 
     Every step decodes the newest token of all B·K alive prefixes in one call, and ranks the
@@ -258,43 +312,104 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
 
     A sentence stops, leaving the batch, when either
       * it has K finished hypotheses (as fairseq; with K = 1 this is greedy decoding), or
-      * no alive prefix can beat its best finished score any more: a completion of a prefix
-        with log-probability s ≤ 0 has log P ≤ s and length |Y| ≤ max_len, hence score at most
-        s / max(lp(|prefix| + 1), lp(max_len)) (the bound of tensor2tensor, the paper's code),
-        so this rule never changes the result, it only stops early;
-    or when ``max_len`` tokens (default: its source length + 50) have been generated.
+      * no alive prefix can beat its N-th best finished score any more (N = ``n_best``, 1 by
+        default): a completion of a prefix with log-probability s ≤ 0 has log P ≤ s and
+        length |Y| ≤ max_len, hence score at most s / max(lp(|prefix| + 1), lp(max_len))
+        (the bound of tensor2tensor, the paper's code), so this rule never changes the result,
+        it only stops early;
+    or when ``max_len`` tokens (default: its source length + 50) have been generated. Then,
+    if it finished fewer than K hypotheses, its alive ones join them, cut at the limit
+    (unfinished, scored log P / lp(max_len)).
 
     Returns the best finished hypothesis of each sentence by normalized score (the best alive
     one, of its ``max_len`` tokens, if none finished), without BOS and EOS; with
     ``return_scores``, also each one's normalized score log P / lp(|Y|).
+
+    With ``n_best`` (1 to ``beam_size``) it returns instead, for each sentence, a list of its
+    ``n_best`` best hypotheses (``Hypothesis``: tokens, their log-probabilities, log P, score),
+    finished ones first, each group best first; the first is the hypothesis returned without
+    ``n_best``. Fewer when the search found fewer.
 
     With ``use_cache=False`` every step decodes the B·K whole prefixes again, and the beam
     reordering moves the prefixes instead of the cache (the same result, for benchmarks).
     """
     if not _is_index(beam_size) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}.")
-    if not (isinstance(length_penalty, numbers.Real) and math.isfinite(length_penalty)):
-        # nan or inf would give every hypothesis a nan score: empty translations, silently
-        raise ValueError(f"length_penalty must be a finite number (the paper's α = 0.6), got "
-                         f"{length_penalty!r}.")
+    _check_length_penalty(length_penalty)
+    if n_best is not None:
+        if not _is_index(n_best) or not 1 <= n_best <= beam_size:
+            raise ValueError(f"n_best must be an integer from 1 to the beam size "
+                             f"({beam_size}), got {n_best!r}: the search keeps only "
+                             "beam_size hypotheses.")
+        if return_scores:
+            raise ValueError("give n_best or return_scores, not both: the hypotheses of "
+                             "n_best carry their scores.")
     src, limits = _source_and_limits(model, src_ids, max_len, bos_id, eos_id)
     with _generating(model):
         results = _on_cores(_beam_search, model, src, limits, bos_id, eos_id, int(beam_size),
-                            float(length_penalty), use_cache)
-    hyps = [hyp for hyp, _ in results]
-    return (hyps, [score for _, score in results]) if return_scores else hyps
+                            float(length_penalty), use_cache, int(n_best or 1))
+    if n_best is not None:
+        return [found[:n_best] for found in results]
+    hyps = [found[0].tokens for found in results]
+    return (hyps, [found[0].score for found in results]) if return_scores else hyps
+
+
+def _check_length_penalty(alpha: Any) -> None:
+    if not (isinstance(alpha, numbers.Real) and math.isfinite(alpha)):
+        # nan or inf would give every hypothesis a nan score: empty translations, silently
+        raise ValueError(f"length_penalty must be a finite number (the paper's α = 0.6), got "
+                         f"{alpha!r}.")
+
+
+class _Finished:
+    """The finished hypotheses of every sentence of a search: at most K each, finished ones
+    first, each group by score, best first (ties: the earlier found first); and on the
+    device, each sentence's N-th best finished score, which the stopping bound compares."""
+
+    def __init__(self, B: int, K: int, N: int, xp: Any, dtype: Any):
+        self.K, self.N, self.xp = K, N, xp
+        self.by_sentence: list[list[Hypothesis]] = [[] for _ in range(B)]
+        self.nth_best = xp.full(B, -xp.inf, dtype=dtype)                 # (B,)
+
+    def add(self, sentences: Any, tokens: Any, token_log_probs: Any, log_probs: Any,
+            lengths: Any, alpha: float, finished: bool) -> None:
+        """Hypotheses (F of them) of ``sentences`` (F,): ``tokens`` (F, L) without EOS,
+        ``token_log_probs`` (F, L'), log P (F,), |Y| for the length penalty (F,)."""
+        rows = zip(*(backend.to_numpy(a).tolist() for a in (sentences, tokens, token_log_probs,
+                                                             log_probs, lengths)), strict=True)
+        changed = set()
+        for b, ids, lps, log_p, length in rows:
+            if not math.isfinite(log_p):
+                continue
+            found = self.by_sentence[b]
+            found.append(Hypothesis(ids, lps, log_p, log_p / gnmt_length_penalty(length, alpha),
+                                    finished))
+            found.sort(key=lambda h: (not h.finished, -h.score))  # stable: ties keep order
+            del found[self.K:]
+            changed.add(b)
+        if not finished or not changed:
+            return
+        xp, changed = self.xp, sorted(changed)
+        nth = [self.by_sentence[b][self.N - 1].score if len(self.by_sentence[b]) >= self.N
+               else -math.inf for b in changed]
+        self.nth_best[xp.asarray(changed)] = xp.asarray(nth, dtype=self.nth_best.dtype)
+
+    def results(self) -> list[list[Hypothesis]]:
+        return [found or [Hypothesis([], [], -math.inf, -math.inf, False)]
+                for found in self.by_sentence]
 
 
 def _beam_search(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_id: int,
-                 K: int, alpha: float, use_cache: bool) -> list[tuple[list[int], float]]:
-    """Beam search over the sentences ``src`` (B, S), each up to its limit (B,):
-    (hypothesis, score) per sentence."""
+                 K: int, alpha: float, use_cache: bool, N: int) -> list[list[Hypothesis]]:
+    """Beam search over the sentences ``src`` (B, S), each up to its limit (B,): the
+    hypotheses of each sentence, best first, at most K; stopping once the N-th best is
+    settled."""
     lp = gnmt_length_penalty
     xp = backend.get_array_module(src.data)
     B, ids_dtype = src.shape[0], xp.int64  # generated ids: int64 whatever the source's are
     limit = int(limits.max()) if B else 0                                # the longest
     if limit == 0:
-        return [([], 0.0) for _ in range(B)]
+        return [[Hypothesis([], [], 0.0, 0.0, False)] for _ in range(B)]
     src_mask = model.source_mask(src)                                    # (B, 1, 1, S)
     memory = model.encode(src, src_mask)                                 # (B, S, C)
     float_dtype = memory.data.dtype
@@ -313,10 +428,9 @@ def _beam_search(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_
     alive_scores = xp.full((B, K), -xp.inf, dtype=float_dtype)           # (A, K) log P
     alive_scores[:, 0] = 0.0
     alive_tokens = xp.zeros((B, K, 0), dtype=ids_dtype)                  # (A, K, t)
+    alive_log_probs = xp.zeros((B, K, 0), dtype=float_dtype)             # (A, K, t) per token
     active = xp.arange(B)                                                # (A,) sentence ids
-    # The best finished hypothesis of every sentence, padded with EOS to the limit.
-    best_tokens = xp.full((B, limit), eos_id, dtype=ids_dtype)           # (B, limit)
-    best_scores = xp.full(B, -xp.inf, dtype=float_dtype)                 # (B,) log P / lp
+    found = _Finished(B, K, N, xp, float_dtype)
     n_finished = xp.zeros(B, dtype=ids_dtype)                            # (B,)
 
     for t in range(1, limit + 1):  # t: hypothesis length after this step, EOS included
@@ -335,25 +449,25 @@ def _beam_search(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_
                                     src_mask).data[:, -1]
         V = newest.shape[-1]                                             # newest (A·K, V)
         n_cand = min(2 * K, K * V)
-        # 1. The 2K best continuations per sentence, best first.
-        cand_scores, top = _best_continuations(newest, alive_scores, n_cand)
+        # 1. The 2K best continuations per sentence, best first, and each one's token's
+        # log-probability (its logit less its row's normalizer).
+        cand_scores, top, log_norm = _best_continuations(newest, alive_scores, n_cand)
         order = xp.argsort(-cand_scores, axis=1)                         # (A, 2K)
         cand_scores, top = cand_scores[r, order], top[r, order]          # (A, 2K)
         cand_beams, cand_tokens = top // V, (top % V).astype(ids_dtype)
+        cand_log_probs = newest[r * K + cand_beams, cand_tokens] - log_norm[r, cand_beams]
         is_eos = cand_tokens == eos_id                                   # (A, 2K)
 
         # 2. Candidates among the first K that end in EOS are finished hypotheses.
         finished = is_eos[:, :K] & xp.isfinite(cand_scores[:, :K])       # (A, K)
         n_finished[active] = n_finished[active] + finished.sum(axis=1).astype(ids_dtype)
-        eos_scores = xp.where(finished, cand_scores[:, :K], -xp.inf)  # (A, K)
-        j = eos_scores.argmax(axis=1)[:, None]                           # (A, 1) best of them
-        new_score = eos_scores[r, j][:, 0] / lp(t, alpha)                # (A,)
-        better = new_score > best_scores[active]                         # (A,)
-        prefix = alive_tokens[r, cand_beams[r, j]][:, 0]                 # (A, t-1)
-        padded = xp.concatenate(
-            [prefix, xp.full((A, limit - t + 1), eos_id, dtype=ids_dtype)], axis=1)
-        best_tokens[active] = xp.where(better[:, None], padded, best_tokens[active])
-        best_scores[active] = xp.where(better, new_score, best_scores[active])
+        if bool(finished.any()):
+            a, k = xp.nonzero(finished)                                  # (F,), (F,)
+            beam = cand_beams[a, k]                                      # (F,)
+            found.add(active[a], alive_tokens[a, beam],
+                      xp.concatenate([alive_log_probs[a, beam], cand_log_probs[a, k, None]],
+                                     axis=1), cand_scores[a, k], xp.full(a.shape, t), alpha,
+                      finished=True)
 
         # 3. The K best candidates that do not end in EOS are the new beam: sort them
         # first (distinct keys, so the order of the scores is kept).
@@ -363,21 +477,22 @@ def _beam_search(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_
         alive_scores = cand_scores[r, keep]                              # (A, K)
         alive_tokens = xp.concatenate(
             [alive_tokens[r, beams], cand_tokens[r, keep][:, :, None]], axis=2)  # (A, K, t)
-        # Sentences at their limit without a finished hypothesis: their best prefix.
+        alive_log_probs = xp.concatenate(
+            [alive_log_probs[r, beams], cand_log_probs[r, keep][:, :, None]], axis=2)
+        # Sentences at their limit: their alive hypotheses join the finished ones, cut (a
+        # sentence with K finished already keeps them: finished ones rank first).
         at_limit = limits[active] == t                                   # (A,)
         if bool(at_limit.any()):
-            none = at_limit & ~xp.isfinite(best_scores[active])         # (A,)
-            padded = xp.concatenate(
-                [alive_tokens[:, 0], xp.full((A, limit - t), eos_id, dtype=ids_dtype)], axis=1)
-            best_tokens[active] = xp.where(none[:, None], padded, best_tokens[active])
-            best_scores[active] = xp.where(
-                none, alive_scores[:, 0] / lp_limits[active], best_scores[active])
+            a = xp.repeat(xp.nonzero(at_limit)[0], K)                    # (F,)
+            k = xp.tile(xp.arange(K), a.shape[0] // K)                   # (F,)
+            found.add(active[a], alive_tokens[a, k], alive_log_probs[a, k],
+                      alive_scores[a, k], xp.full(a.shape, t), alpha, finished=False)
         if t == limit:
             break
 
         # 4. Sentences whose result is settled leave the batch.
         bound = alive_scores[:, 0] / xp.maximum(lp(t + 1, alpha), lp_limits[active])  # (A,)
-        done = ((n_finished[active] >= K) | (best_scores[active] >= bound)        # (A,)
+        done = ((n_finished[active] >= K) | (found.nth_best[active] >= bound)     # (A,)
                 | at_limit)
         n_done = int(done.sum())
         flat = r * K + beams                                             # (A, K) rows to keep
@@ -387,6 +502,7 @@ def _beam_search(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_
             going = ~done
             flat, active = flat[going], active[going]                    # (A', K), (A',)
             alive_scores, alive_tokens = alive_scores[going], alive_tokens[going]
+            alive_log_probs = alive_log_probs[going]
         flat = flat.reshape(-1)                                          # (A'·K,)
         if cache is None:
             if n_done:  # the beams of a sentence share its source rows
@@ -398,9 +514,7 @@ def _beam_search(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_
         # after the first step the self-attention cache grows from 1 to K rows a sentence
         cache.reorder(flat // K if t == 1 else flat, cross_index=staying)
 
-    hyps = _strip(backend.to_numpy(best_tokens).tolist(), eos_id)
-    scores = [float(s) for s in backend.to_numpy(best_scores).tolist()]
-    return list(zip(hyps, scores, strict=True))
+    return found.results()
 
 
-__all__ = ["beam_search", "gnmt_length_penalty", "greedy_decode"]
+__all__ = ["Hypothesis", "beam_search", "gnmt_length_penalty", "greedy_decode"]

@@ -270,7 +270,7 @@ def test_best_continuations_are_the_top_of_a_full_sort(vocab_size):
     logits[6, 10 % vocab_size::3] = logits.max()     # many ties at the row maximum
     alive = np.log(rng.random((A, K))).astype(np.float32)
     alive[0, 1:] = -np.inf                           # first step: only beam 0 may expand
-    scores, index = _best_continuations(logits, alive, n_cand)
+    scores, index, log_norm = _best_continuations(logits, alive, n_cand)
 
     z = logits.astype(np.float64)
     log_p = z - z.max(-1, keepdims=True)
@@ -282,3 +282,6 @@ def test_best_continuations_are_the_top_of_a_full_sort(vocab_size):
     # each returned index is a distinct continuation, and its score is that continuation's
     assert all(len(set(row)) == n_cand for row in index.tolist())
     np.testing.assert_allclose(scores, full[np.arange(A)[:, None], index], rtol=1e-5, atol=1e-5)
+    # and each row's log-softmax normalizer, from which a token's log-probability is read
+    lse = z.max(-1) + np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1))
+    np.testing.assert_allclose(log_norm, lse.reshape(A, K), rtol=1e-6, atol=1e-5)
