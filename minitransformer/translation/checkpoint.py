@@ -6,15 +6,22 @@ One checkpoint is one ``.npz`` file holding
     optimizer/m.<i>    Adam's moments, optimizer/v.<i>
     tokenizer          the SentencePiece model's bytes (uint8), when there is one
     meta.json          JSON (as uint8 bytes): format version, model configuration, training
-                       state (step, epoch, position in the epoch, seed, settings, metrics)
+                       state (step, epoch, position in the epoch, seed, settings, metrics),
+                       and the SHA-256 checksum of every other array
 
 It is loaded with ``allow_pickle=False``, so opening a file can never run code, and written to
 a temporary file in the same folder that is flushed to disk and then renamed over the old one:
 a crash, or a SIGKILL, in the middle of a save leaves the previous checkpoint intact.
+
+Loading verifies what it reads: every array against its checksum (a bit changed on the disk,
+in a copy or by hand is reported as damage, naming the array), and every parameter finite (the
+weights of a run that diverged are refused, naming the first array that holds a NaN or an
+infinity, instead of translating into empty or meaningless output).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -62,7 +69,8 @@ def save_checkpoint(path: str | Path, model: Any, optimizer: Any = None,
     if tokenizer_bytes is not None:
         arrays["tokenizer"] = np.frombuffer(tokenizer_bytes, dtype=np.uint8)
     meta = {"format": FORMAT, "version": VERSION, "config": model.config.to_dict(),
-            "optimizer": optimizer_meta, "state": state or {}}
+            "optimizer": optimizer_meta, "state": state or {},
+            "checksums": {name: checksum(array) for name, array in arrays.items()}}
     arrays["meta.json"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
 
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -73,10 +81,29 @@ def save_checkpoint(path: str | Path, model: Any, optimizer: Any = None,
             os.fsync(file.fileno())  # on disk before it takes the checkpoint's name
         os.replace(temporary, path)  # atomic: readers see the old file or the new one
     finally:
-        if temporary.exists():
-            temporary.unlink()
+        try:  # a full disk's OSError goes on; a failed clean-up must not replace it
+            temporary.unlink(missing_ok=True)
+        except OSError:
+            pass
     _fsync_directory(path.parent)
     return path
+
+
+def checksum(array: np.ndarray) -> str:
+    """SHA-256 of an array's dtype, shape and bytes, in hex: a changed bit changes it."""
+    array = np.ascontiguousarray(array)
+    digest = hashlib.sha256(f"{array.dtype.str} {array.shape}".encode())
+    digest.update(array.reshape(-1).view(np.uint8))
+    return digest.hexdigest()
+
+
+def first_non_finite(arrays: dict[str, np.ndarray]) -> str | None:
+    """The name of the first floating-point array in ``arrays`` holding a NaN or an
+    infinity, or None when every value is finite."""
+    for name, array in arrays.items():
+        if np.issubdtype(array.dtype, np.inexact) and not np.isfinite(array).all():
+            return name
+    return None
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
@@ -95,16 +122,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise CheckpointError(f"{path} is not a minitransformer checkpoint: a checkpoint is an "
                               ".npz file (a zip archive), and this file is not one; check the "
                               "path, or use another checkpoint of the run, e.g. best.npz.")
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {name: archive[name] for name in archive.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        # NumPy's own text for a pickle suggests loading it unsafely: never pass that on
-        reason = "it holds pickled data, which is never loaded" if "pickle" in str(exc) \
-            else str(exc)
-        raise CheckpointError(f"{path} is corrupted or not a minitransformer checkpoint "
-                              f"({reason}); use another checkpoint of the run, e.g. best.npz "
-                              "or an earlier step-*.npz.") from None
+    arrays = _read_arrays(path)
     if "meta.json" not in arrays:
         raise CheckpointError(f"{path} is an .npz file but not a minitransformer checkpoint "
                               "(it has no meta.json).")
@@ -126,7 +144,14 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         config = TransformerConfig.from_dict(meta["config"])
     except (ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{path} has unreadable metadata ({exc}).") from None
+    _verify_checksums(path, arrays, meta.get("checksums"))
     model_state = {k[len("model/"):]: v for k, v in arrays.items() if k.startswith("model/")}
+    broken = first_non_finite(model_state)
+    if broken is not None:
+        raise CheckpointError(f"{path} holds non-finite parameters (NaN or infinity), first in "
+                              f"{broken}, so the run that wrote it had diverged; use an "
+                              "earlier checkpoint of the run, e.g. best.npz or an earlier "
+                              "step-*.npz.")
     optimizer_state = None
     if meta.get("optimizer") is not None:
         optimizer_state = dict(meta["optimizer"])
@@ -134,6 +159,53 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
                                 if k.startswith("optimizer/")})
     tokenizer = arrays["tokenizer"].tobytes() if "tokenizer" in arrays else None
     return Checkpoint(config, model_state, optimizer_state, tokenizer, meta.get("state", {}))
+
+
+def _read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array of the archive at ``path``, read one by one so that a damaged one is
+    named (the zip format's own CRC-32 finds most changed bits as the array is read)."""
+    name = None
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {}
+            for name in archive.files:
+                arrays[name] = archive[name]
+            return arrays
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        # NumPy's own text for a pickle suggests loading it unsafely: never pass that on
+        if "pickle" in str(exc):
+            reason = "it holds pickled data, which is never loaded"
+        elif name is not None:
+            raise CheckpointError(f"{path} is damaged: its array {name} cannot be read "
+                                  f"({exc}); use another checkpoint of the run, e.g. best.npz "
+                                  "or an earlier step-*.npz.") from None
+        else:
+            reason = str(exc)
+        raise CheckpointError(f"{path} is corrupted or not a minitransformer checkpoint "
+                              f"({reason}); use another checkpoint of the run, e.g. best.npz "
+                              "or an earlier step-*.npz.") from None
+
+
+def _verify_checksums(path: Path, arrays: dict[str, np.ndarray], checksums: Any) -> None:
+    """Every array must have the checksum written with it. Checkpoints written before
+    checksums were added have none (``checksums`` is None) and still load, as the same
+    format version: for them only the zip format's CRC-32 guards the bytes."""
+    if checksums is None:
+        return
+    if not isinstance(checksums, dict):
+        raise CheckpointError(f"{path} has unreadable metadata (its 'checksums' is not a JSON "
+                              "object).")
+    for name in sorted(set(checksums) | set(arrays)):
+        if name not in arrays:
+            problem = "is missing, though its checksum is listed"
+        elif name not in checksums:
+            problem = "has no checksum, so it was added after the file was written"
+        elif checksum(arrays[name]) != checksums[name]:
+            problem = "does not match the checksum written with it"
+        else:
+            continue
+        raise CheckpointError(f"{path} is damaged: its array {name} {problem}; use another "
+                              "checkpoint of the run, e.g. best.npz or an earlier step-*.npz.")
 
 
 def restore_model(checkpoint: Checkpoint, device: str | None = None) -> Any:

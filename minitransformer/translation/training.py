@@ -51,6 +51,7 @@ from ..optim import Adam, clip_grad_norm, noam_rate
 from .checkpoint import (
     CheckpointError,
     average_checkpoints,
+    first_non_finite,
     load_checkpoint,
     remove_stale_temporaries,
     save_averaged,
@@ -220,6 +221,14 @@ class Trainer:
                                   "(an averaged or exported checkpoint), so training cannot "
                                   "go on from it; resume from a run's last.npz or a step-*.npz "
                                   "(Trainer.resume(path)), or start a new run from scratch.")
+        moments = {k: v for k, v in checkpoint.optimizer_state.items() if hasattr(v, "shape")}
+        broken = first_non_finite(moments)
+        if broken is not None:  # Adam would turn them into non-finite weights at once
+            raise CheckpointError(f"{path} holds a non-finite optimizer state (NaN or "
+                                  f"infinity), first in Adam's {broken}, so training cannot go "
+                                  "on from it; resume from an earlier step-*.npz of the run "
+                                  "(copy it over checkpoints/last.npz for `train --resume`), "
+                                  "or start a new run.")
         self.model.load_state_dict(checkpoint.model_state)
         try:
             self.optimizer.load_state_dict(checkpoint.optimizer_state)

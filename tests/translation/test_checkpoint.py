@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -286,3 +287,98 @@ def test_metadata_of_the_wrong_json_types_is_explained(tmp_path, edit):
     np.savez(tmp_path / "edited.npz", **arrays)
     with pytest.raises(CheckpointError, match="has unreadable metadata"):
         load_checkpoint(tmp_path / "edited.npz")
+
+
+def _rewrite(path, edit):
+    """Rewrite the archive at ``path`` with ``edit`` applied to its arrays (the zip format's
+    CRC-32 is computed afresh, as by any tool that rewrites an .npz)."""
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    np.savez(path, **edit(arrays))
+
+
+def test_a_flipped_bit_is_reported_as_damage_naming_the_array(tmp_path):
+    model, optimizer = trained_model()
+    path = save_checkpoint(tmp_path / "a.npz", model, optimizer)
+    name = "decoder.layers.0.self_attn.w_q.weight"
+    weights = model.state_dict()[name]
+    assert weights.size > 100
+    data = bytearray(path.read_bytes())
+    at = data.find(weights.tobytes())
+    assert at > 0 and data.find(weights.tobytes(), at + 1) < 0   # found once
+    data[at + weights.nbytes // 2] ^= 0b0000_0100
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError) as refused:
+        load_checkpoint(path)
+    message = str(refused.value)
+    assert message.startswith(f"{path} is damaged: its array model/{name} cannot be read")
+    assert message.endswith("use another checkpoint of the run, e.g. best.npz or an earlier "
+                            "step-*.npz.")
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda arrays: {**arrays, "optimizer/m.2": arrays["optimizer/m.2"] * 1.0001},
+     "optimizer/m.2 does not match the checksum written with it"),
+    (lambda arrays: {k: v for k, v in arrays.items() if k != "tokenizer"},
+     "tokenizer is missing, though its checksum is listed"),
+    (lambda arrays: {**arrays, "model/extra": np.zeros(3, np.float32)},
+     "model/extra has no checksum, so it was added after the file was written"),
+], ids=["changed", "removed", "added"])
+def test_arrays_changed_after_the_save_fail_their_checksums(tmp_path, edit, problem):
+    """Rewritten with valid zip CRCs, as by a tool or by hand: only the checksums written
+    with the checkpoint tell that an array is not the one saved."""
+    model, optimizer = trained_model()
+    path = save_checkpoint(tmp_path / "a.npz", model, optimizer, b"tokenizer bytes")
+    _rewrite(path, edit)
+    with pytest.raises(CheckpointError, match=re.escape(f"{path} is damaged: its array "
+                                                        f"{problem}; use another checkpoint")):
+        load_checkpoint(path)
+
+
+def test_checkpoints_written_before_checksums_still_load(tmp_path):
+    model, optimizer = trained_model()
+    path = save_checkpoint(tmp_path / "a.npz", model, optimizer, b"tokenizer bytes")
+    _edit_meta(path, lambda meta: {k: v for k, v in meta.items() if k != "checksums"})
+    checkpoint = load_checkpoint(path)
+    assert checkpoint.tokenizer_bytes == b"tokenizer bytes"
+    for name, value in model.state_dict().items():
+        np.testing.assert_array_equal(checkpoint.model_state[name], value, err_msg=name)
+
+
+def test_non_finite_parameters_are_refused_naming_the_first_array_that_holds_them(tmp_path):
+    model, optimizer = trained_model()
+    names = list(model.state_dict())
+    first, later = names[3], names[-1]
+    params = dict(model.named_parameters())
+    params[later].data.flat[0] = np.nan
+    params[first].data.flat[0] = np.inf
+    path = save_checkpoint(tmp_path / "diverged.npz", model, optimizer)
+    with pytest.raises(CheckpointError) as refused:
+        load_checkpoint(path)
+    assert str(refused.value) == (
+        f"{path} holds non-finite parameters (NaN or infinity), first in {first}, so the run "
+        "that wrote it had diverged; use an earlier checkpoint of the run, e.g. best.npz or an "
+        "earlier step-*.npz.")
+
+
+def test_translate_refuses_a_checkpoint_of_nan_weights_in_one_sentence(tmp_path):
+    """It translated into empty or meaningless output with exit status 0."""
+    from minitransformer.data.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.train(["hello world", "ka lo mi nu", "pe ro si tu"] * 5,
+                                vocab_size=30)
+    mt.manual_seed(0)
+    model = Transformer(TransformerConfig.named("tiny", tokenizer.vocab_size, d_model=16,
+                                                d_ff=24))
+    for p in model.parameters():
+        p.data[...] = np.nan
+    path = save_checkpoint(tmp_path / "nan.npz", model, None, tokenizer.to_bytes())
+    result = subprocess.run([sys.executable, "-m", "minitransformer", "translate",
+                             "--checkpoint", str(path), "hello"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert result.stderr == (f"minitransformer translate: {path} holds non-finite parameters "
+                             "(NaN or infinity), first in src_embed.weight, so the run that "
+                             "wrote it had diverged; use an earlier checkpoint of the run, e.g. "
+                             "best.npz or an earlier step-*.npz.\n")

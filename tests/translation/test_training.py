@@ -144,8 +144,32 @@ def test_resuming_from_a_checkpoint_without_training_state_is_explained(tmp_path
     with np.load(checkpoints / "last.npz", allow_pickle=False) as archive:  # moments lost
         arrays = {n: archive[n] for n in archive.files if n != "optimizer/v.3"}
     np.savez(tmp_path / "damaged.npz", **arrays)
-    with pytest.raises(CheckpointError, match="damaged.npz has an incomplete optimizer state"):
+    with pytest.raises(CheckpointError, match="damaged.npz is damaged: its array optimizer/v.3 "
+                                              "is missing, though its checksum is listed"):
         make_trainer(tmp_path, max_steps=8).resume(tmp_path / "damaged.npz")
+    # a checkpoint written before checksums were, with nothing to tell the loss but Adam
+    meta = json.loads(arrays["meta.json"].tobytes())
+    del meta["checksums"]
+    arrays["meta.json"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(tmp_path / "old.npz", **arrays)
+    with pytest.raises(CheckpointError, match="old.npz has an incomplete optimizer state"):
+        make_trainer(tmp_path, max_steps=8).resume(tmp_path / "old.npz")
+
+
+def test_resuming_refuses_a_non_finite_optimizer_state(tmp_path):
+    """Finite weights with a NaN in Adam's moments (a written file is checksummed, so a
+    damaged one is refused sooner): the first update would make every weight it touches NaN."""
+    make_trainer(tmp_path, max_steps=2).fit()
+    trainer = make_trainer(tmp_path, max_steps=4)
+    trainer.resume()
+    trainer.optimizer.v[5][0] = np.inf
+    last = load_checkpoint(tmp_path / "checkpoints" / "last.npz")
+    save_checkpoint(tmp_path / "broken.npz", trainer.model, trainer.optimizer,
+                    last.tokenizer_bytes, last.state)
+    with pytest.raises(CheckpointError, match=re.escape(
+            "broken.npz holds a non-finite optimizer state (NaN or infinity), first in Adam's "
+            "v.5, so training cannot go on from it; resume from an earlier step-*.npz")):
+        make_trainer(tmp_path, max_steps=4).resume(tmp_path / "broken.npz")
 
 
 def test_resuming_with_another_model_configuration_names_what_differs(tmp_path):
