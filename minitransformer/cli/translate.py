@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from .values import at_least, finite_float
 
@@ -15,12 +16,30 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     t = commands.add_parser(
         "translate", help="translate sentences with a trained checkpoint",
         description="Translate the sentences given as arguments, else the lines of --input, "
-                    "else the lines of standard input; one translation per line. Empty lines "
-                    "stay empty; unknown characters become the unknown token.")
+                    "else the lines of standard input, each as soon as its line is complete "
+                    "(from a terminal or a pipe); one translation per line. Empty lines stay "
+                    "empty; unknown characters become the unknown token. --n-best, "
+                    "--alignment and --json print what the search found besides.")
     t.add_argument("sentences", nargs="*", help="sentences to translate")
     _checkpoint_options(t)
     t.add_argument("--input", help="a file of sentences, one per line (plain or .gz)")
     t.add_argument("--output", help="write the translations here instead of standard output")
+    t.add_argument("--n-best", type=at_least(1), metavar="K",
+                   help="the K best hypotheses of each sentence (K at most --beam), one line "
+                        "each, best first: sentence number (from 0), score, log-probability, "
+                        "translation, separated by tabs")
+    t.add_argument("--alignment", action="store_true",
+                   help="add each translation's word alignment to the source, as i-j pairs "
+                        "(source word i, output word j, from 0) after a tab: the source word "
+                        "that the cross-attention of --alignment-layer, averaged over its "
+                        "heads, weighs most")
+    t.add_argument("--alignment-layer", type=int, metavar="L",
+                   help="the decoder layer whose cross-attention gives --alignment (default "
+                        "-1, the last)")
+    t.add_argument("--json", action="store_true",
+                   help="one JSON object per sentence instead: the source and its pieces, and "
+                        "each hypothesis's text, pieces, per-piece log-probabilities, "
+                        "log-probability, score (and alignment)")
     t.set_defaults(run=run_translate)
 
     e = commands.add_parser(
@@ -37,6 +56,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     e.add_argument("--src-lang", help="source language suffix of --data")
     e.add_argument("--tgt-lang", help="target language suffix of --data")
     e.add_argument("--output", help="write the translations here")
+    e.add_argument("--n-best", type=at_least(1), metavar="K",
+                   help="also the oracle BLEU: that of the hypotheses, one of the K best of "
+                        "each sentence, closest to their references (K at most --beam)")
     e.add_argument("--json", action="store_true", help="print the scores as JSON")
     e.set_defaults(run=run_evaluate)
 
@@ -81,43 +103,153 @@ def _direction(args: argparse.Namespace, trained: tuple[str, str] | None
 def run_translate(args: argparse.Namespace) -> int:
     from ..data.errors import DataError
     from ..data.parallel import read_lines
+    from ..translation.alignment import check_layer
     from ..translation.checkpoint import CheckpointError
-    from ..translation.translator import load_translator, translate
+    from ..translation.translator import load_translator
+    from .live import arrives_over_time, lines_as_they_come
 
-    if args.sentences and args.input:
-        print(f"minitransformer translate: give sentences as arguments or --input, not both "
-              f"(got --input {args.input} together with {len(args.sentences)} sentence"
-              f"{'s' if len(args.sentences) > 1 else ''}).", file=sys.stderr)
+    problem = _translate_options_problem(args)
+    if problem:
+        print(f"minitransformer translate: {problem}", file=sys.stderr)
         return 2
     try:
         model, tokenizer = load_translator(args.checkpoint)
-        if args.sentences:
-            sentences = list(args.sentences)
-        elif args.input:
-            sentences = read_lines(args.input)
-        else:
-            sentences = [line.rstrip("\n") for line in sys.stdin]
-        _check_utf8(sentences, "an argument" if args.sentences else
-                    args.input or "standard input")
+        if args.alignment:
+            try:
+                check_layer(model, -1 if args.alignment_layer is None else args.alignment_layer)
+            except ValueError:
+                n = len(model.decoder.layers)
+                raise DataError(f"--alignment-layer {args.alignment_layer} does not exist; the "
+                                f"model has {n} decoder layers (0 to {n - 1}, or -1 for the "
+                                "last).") from None
         _check_output(args.output)
+        live = not (args.sentences or args.input) and arrives_over_time(sys.stdin)
+        if args.sentences:
+            batches: Any = [list(args.sentences)]
+        elif args.input:
+            batches = [read_lines(args.input, allow_empty=True)]
+        elif not live:  # a file given as standard input: there at once, read whole
+            batches = [[line.rstrip("\n") for line in sys.stdin]]
+        for sentences in batches if not live else ():
+            _check_utf8(sentences, "an argument" if args.sentences else
+                        args.input or "standard input")
     except (CheckpointError, DataError) as exc:
         print(f"minitransformer translate: {exc}", file=sys.stderr)
         return 2
-    outputs = translate(model, tokenizer, sentences, args.beam, args.length_penalty,
-                        args.batch_size)
-    text = "".join(line + "\n" for line in outputs)
-    if args.output:
+    out = _Output(args.output)
+    if not live:
         try:
-            Path(args.output).write_text(text, encoding="utf-8")
-            return 0
-        except OSError as exc:  # a full disk: the translations go to standard output instead
-            print(f"minitransformer translate: could not write --output {args.output} "
-                  f"({exc.strerror or exc}); the translations follow on standard output.",
-                  file=sys.stderr)
-            sys.stdout.write(text)
-            return 1
-    sys.stdout.write(text)
-    return 0
+            out.write(_translations(model, tokenizer, batches[0], args, 0))
+        finally:
+            out.close()
+        return out.status
+    prompt = "> " if sys.stdin.isatty() else None
+    first, status = 0, 0
+    try:
+        for lines in lines_as_they_come(sys.stdin.buffer, prompt):
+            sentences = []
+            for number, line in enumerate(lines, first + 1):
+                try:
+                    sentences.append(line.removesuffix(b"\r").decode("utf-8"))
+                except UnicodeDecodeError:
+                    print(f"minitransformer translate: line {number} of standard input is "
+                          "not valid UTF-8, so it is left untranslated (an empty line); "
+                          "convert the text to UTF-8 (e.g. with iconv).", file=sys.stderr)
+                    sentences.append("")
+                    status = 1
+            out.write(_translations(model, tokenizer, sentences, args, first))
+            first += len(sentences)
+    except KeyboardInterrupt:  # Ctrl-C at the prompt: the translations so far are out
+        print(file=sys.stderr)
+        return 130
+    finally:
+        out.close()
+    return max(status, out.status)
+
+
+def _translate_options_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with a combination of translate's options, or None."""
+    if args.sentences and args.input:
+        n = len(args.sentences)
+        return (f"give sentences as arguments or --input, not both (got --input {args.input} "
+                f"together with {n} sentence{'s' if n > 1 else ''}).")
+    if args.n_best is not None and args.n_best > 1 and args.beam == 1:
+        return (f"--n-best {args.n_best} needs beam search, but --beam 1 is greedy decoding, "
+                f"which keeps one hypothesis; give --beam {args.n_best} or more.")
+    if args.n_best is not None and args.n_best > args.beam:
+        return (f"--n-best {args.n_best} is more than --beam {args.beam}, and the search keeps "
+                f"only {args.beam} hypotheses; give --beam {args.n_best} or more, or a smaller "
+                "--n-best.")
+    if args.alignment_layer is not None and not args.alignment:
+        return ("--alignment-layer chooses the layer of --alignment, which was not given; add "
+                "--alignment, or leave --alignment-layer out.")
+    return None
+
+
+def _translations(model: Any, tokenizer: Any, sentences: list[str], args: argparse.Namespace,
+                  first: int) -> str:
+    """The text translate prints for ``sentences`` (numbered from ``first``), in the format
+    its options ask for."""
+    from ..translation.translator import translate, translate_n_best
+
+    if not (args.n_best or args.alignment or args.json):  # the translations alone
+        return "".join(line + "\n" for line in translate(
+            model, tokenizer, sentences, args.beam, args.length_penalty, args.batch_size))
+    layer = None
+    if args.alignment:
+        layer = -1 if args.alignment_layer is None else args.alignment_layer
+    found = translate_n_best(model, tokenizer, sentences, args.beam, args.length_penalty,
+                             args.n_best or 1, args.batch_size, layer)
+    if args.json:
+        return "".join(json.dumps(t.to_json(), ensure_ascii=False) + "\n" for t in found)
+
+    def alignment(hyp: Any) -> str:
+        words = hyp.alignment.words if hyp.alignment else []
+        return "\t" + " ".join(f"{i}-{j}" for i, j in words) if args.alignment else ""
+
+    lines = []
+    for number, translation in enumerate(found, first):
+        if not args.n_best:  # one line a sentence: the translation and its alignment
+            best = translation.hypotheses[0] if translation.hypotheses else None
+            lines.append((best.text + alignment(best)) if best else
+                         "\t" if args.alignment else "")
+            continue
+        for hyp in translation.hypotheses:
+            lines.append(f"{number}\t{hyp.score:.4f}\t{hyp.log_prob:.4f}\t{hyp.text}"
+                         + alignment(hyp))
+    return "".join(line + "\n" for line in lines)
+
+
+class _Output:
+    """Where translations go: --output (opened at the first write, flushed after each), else
+    standard output; a file that cannot be written sends the rest to standard output, and the
+    status becomes 1."""
+
+    def __init__(self, path: str | None):
+        self.path, self.file, self.status = path, None, 0
+
+    def write(self, text: str) -> None:
+        if self.path and not self.status:
+            try:
+                if self.file is None:
+                    self.file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
+                self.file.write(text)
+                self.file.flush()
+                return
+            except OSError as exc:  # a full disk: the translations go to standard output
+                print(f"minitransformer translate: could not write --output {self.path} "
+                      f"({exc.strerror or exc}); the translations follow on standard output.",
+                      file=sys.stderr)
+                self.status = 1
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            try:
+                self.file.close()
+            except OSError:  # what could not be written was said at the write
+                pass
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -135,6 +267,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if not args.data and not (args.src and args.ref):
         print("minitransformer evaluate: give --src and --ref, or --data.", file=sys.stderr)
         return 2
+    if args.n_best is not None and args.n_best > args.beam:
+        print(f"minitransformer evaluate: --n-best {args.n_best} is more than --beam "
+              f"{args.beam}, and the search keeps only {args.beam} hypotheses; give --beam "
+              f"{args.n_best} or more, or a smaller --n-best.", file=sys.stderr)
+        return 2
     try:
         model, tokenizer, trained = load_translator_and_languages(args.checkpoint)
         if args.data:
@@ -148,12 +285,15 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(f"minitransformer evaluate: {exc}", file=sys.stderr)
         return 2
     result = score(model, tokenizer, pairs, args.beam, args.length_penalty, args.output,
-                   args.batch_size)
+                   args.batch_size, args.n_best)
     if args.json:
         print(json.dumps(result, indent=1))
     else:
         print(f"BLEU = {result['bleu']:.2f}  ({result['bleu_signature']})")
         print(f"chrF = {result['chrf']:.2f}  ({result['chrf_signature']})")
+        if args.n_best is not None:
+            print(f"oracle BLEU of the {args.n_best} best = {result['oracle_bleu']:.2f}  (for "
+                  "each sentence the hypothesis closest to its reference by sentence BLEU)")
     return 0
 
 

@@ -27,12 +27,13 @@ from .tokenizer import Tokenizer
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
-def read_lines(path: str | os.PathLike) -> list[str]:
+def read_lines(path: str | os.PathLike, allow_empty: bool = False) -> list[str]:
     """The lines of a UTF-8 text file, plain or gzip'ed, each without its trailing newline.
 
     Nothing else is stripped: spaces and empty lines stay, so line i is still sentence i.
-    Raises DataError for a missing, unreadable, empty or corrupt file and for a line that is
-    not UTF-8 (naming the 1-based line number).
+    Raises DataError for a missing, unreadable or corrupt file, for an empty one (a corpus
+    whose download stopped) unless ``allow_empty`` (sentences to translate: nothing to do), and
+    for a line that is not UTF-8 (naming the 1-based line number).
     """
     path = Path(path)
     data = _read_bytes(path)
@@ -47,7 +48,7 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()  # the final newline ends the last line; it does not start a new one
-    if not lines:
+    if not lines and not allow_empty:
         raise DataError(f"{path} is empty; it should hold one sentence per line, so check "
                         f"that the download or extraction finished.")
     return [line[:-1] if line.endswith("\r") else line for line in lines]

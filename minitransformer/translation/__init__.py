@@ -5,8 +5,10 @@
     training    the training loop: token batches, label smoothing, Adam with warmup,
                 validation, checkpoints, resume
     checkpoint  safe checkpoints (atomic, no pickle) and their averaging
-    decode      greedy and beam search with the key/value cache
-    translator  sentences in, sentences out; the translator a checkpoint holds
+    decode      greedy and beam search with the key/value cache, n-best lists
+    alignment   each output token's source token, from the cross-attention
+    translator  sentences in, sentences out (or n-best lists with scores and alignments);
+                the translator a checkpoint holds
     scoring     sacreBLEU's BLEU and chrF, and translating a test set to score it
 
 Built on the engine (nn, optim, functional) and data/; `minitransformer train`, `translate`,
@@ -22,15 +24,23 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .corpus import Corpus, load_corpus, prepare_corpus
-from .decode import beam_search, gnmt_length_penalty, greedy_decode
-from .scoring import Score, corpus_bleu, corpus_chrf, evaluate_translations, score
+from .decode import Hypothesis, beam_search, gnmt_length_penalty, greedy_decode
+from .scoring import Score, corpus_bleu, corpus_chrf, evaluate_translations, oracle_bleu, score
 from .training import TrainConfig, Trainer, TrainingError, TranslationData
-from .translator import load_translator, translate
+from .translator import (
+    Alignment,
+    TranslatedHypothesis,
+    Translation,
+    load_translator,
+    translate,
+    translate_n_best,
+)
 
 __all__ = [
-    "Checkpoint", "CheckpointError", "Corpus", "Score", "TrainConfig", "Trainer",
-    "TrainingError", "TranslationData", "average_checkpoints", "beam_search", "corpus_bleu",
-    "corpus_chrf", "evaluate_translations", "gnmt_length_penalty", "greedy_decode",
-    "load_checkpoint", "load_corpus", "load_translator", "prepare_corpus", "restore_model",
-    "save_checkpoint", "score", "translate",
+    "Alignment", "Checkpoint", "CheckpointError", "Corpus", "Hypothesis", "Score",
+    "TrainConfig", "TranslatedHypothesis", "Trainer", "TrainingError", "Translation",
+    "TranslationData", "average_checkpoints", "beam_search", "corpus_bleu", "corpus_chrf",
+    "evaluate_translations", "gnmt_length_penalty", "greedy_decode", "load_checkpoint",
+    "load_corpus", "load_translator", "oracle_bleu", "prepare_corpus", "restore_model",
+    "save_checkpoint", "score", "translate", "translate_n_best",
 ]

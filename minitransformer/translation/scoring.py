@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .translator import load_translator, translate
+from .translator import load_translator, translate, translate_n_best
 
 
 @dataclass(frozen=True)
@@ -86,16 +86,36 @@ def evaluate_translations(hypotheses: list[str], references: list[str]) -> dict[
             "chrf_signature": chrf.signature, "sentences": len(hypotheses)}
 
 
+def oracle_bleu(n_best: list[list[str]], references: list[str]) -> Score:
+    """Corpus BLEU of the hypotheses, one per sentence, that agree best with their reference
+    (sacreBLEU's sentence BLEU, with effective order; the better ranked of a tie): the BLEU a
+    perfect reranking of the n-best lists would reach. An empty list counts as ""."""
+    metric = _metrics().BLEU(effective_order=True)
+    picks = [max(hyps or [""], key=lambda h, ref=ref: metric.sentence_score(h, [ref]).score)
+             for hyps, ref in zip(n_best, references, strict=True)]
+    return corpus_bleu(picks, references)
+
+
 def score(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], beam: int,
           length_penalty: float = 0.6, output: str | Path | None = None,
-          batch_size: int | None = None) -> dict[str, Any]:
-    """Translate the sources of ``pairs`` and score them against the targets."""
-    hypotheses = translate(model, tokenizer, [s for s, _ in pairs], beam, length_penalty,
-                           batch_size)
+          batch_size: int | None = None, n_best: int | None = None) -> dict[str, Any]:
+    """Translate the sources of ``pairs`` and score them against the targets. With
+    ``n_best`` (at most ``beam``), the best hypothesis is scored as without, and the oracle
+    BLEU of the ``n_best`` lists is added (``oracle_bleu``)."""
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    if n_best is None:
+        hypotheses = translate(model, tokenizer, sources, beam, length_penalty, batch_size)
+    else:
+        lists = [[h.text for h in t.hypotheses] for t in translate_n_best(
+            model, tokenizer, sources, beam, length_penalty, n_best, batch_size)]
+        hypotheses = [texts[0] if texts else "" for texts in lists]
     if output:
         Path(output).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
-    result = evaluate_translations(hypotheses, [t for _, t in pairs])
+    result = evaluate_translations(hypotheses, references)
     result["beam"] = beam
+    if n_best is not None:
+        result["n_best"] = n_best
+        result["oracle_bleu"] = oracle_bleu(lists, references).score
     return result
 
 
@@ -115,5 +135,5 @@ def score_test_set(checkpoint: Path, pairs: list[tuple[str, str]], beam: int,
     return results
 
 
-__all__ = ["Score", "corpus_bleu", "corpus_chrf", "evaluate_translations", "score",
-           "score_test_set"]
+__all__ = ["Score", "corpus_bleu", "corpus_chrf", "evaluate_translations", "oracle_bleu",
+           "score", "score_test_set"]

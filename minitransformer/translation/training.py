@@ -11,6 +11,12 @@ Everything random in a step (dropout) is seeded from (seed, step, batch: one of 
 accumulated batches), and the batch order from (seed, epoch), so a run resumed from a
 checkpoint repeats the uninterrupted run's losses.
 
+A run asked to stop (``request_stop``, which `minitransformer train` calls on SIGTERM) saves
+a checkpoint at the next step boundary and raises ``TrainingStopped``; resumed, it repeats the
+uninterrupted run's losses. A file of the run that cannot be written (a full disk, a read-only
+file system) stops training with ``RunWriteError``, naming the file, the reason and the last
+checkpoint, which a failed write never touches.
+
 With several processes (``mpiexec -n N``, a ``communicator`` of size N) a step takes
 ``accumulate × N`` batches; process r computes batches r, r + N, ... of them (with the same
 dropout seeds one process would use for those batches), the token-summed losses and gradients
@@ -21,12 +27,15 @@ writes the log, the checkpoints and the progress bar.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
 import os
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,8 +71,22 @@ from .translator import translate
 
 
 class TrainingError(RuntimeError):
-    """Training cannot go on (a non-finite loss or gradient); the last good checkpoint is
-    untouched."""
+    """Training cannot go on (a non-finite loss or gradient, a file that cannot be written);
+    the last good checkpoint is untouched."""
+
+
+class RunWriteError(TrainingError):
+    """A file of the run (the log, a checkpoint) could not be written. Only the process
+    that writes files (rank 0) meets it; with several processes the others must be ended."""
+
+
+class TrainingStopped(RuntimeError):
+    """The run stopped where it was asked to (``Trainer.request_stop``), after saving a
+    checkpoint of the step it stopped at; ``resume`` continues it exactly."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
 
 
 @dataclass
@@ -138,8 +161,17 @@ class Trainer:
                       "best_valid_loss": None, "seed": config.seed,
                       "processes": self.comm.size}
         self._started = time.perf_counter()  # fit() moves it back by a resumed run's time
+        self.stop_reason: str | None = None  # set by request_stop, from a signal handler
+        self._stopping = False               # every process agrees to stop at this step
+        self._saved_step: int | None = None  # the step last.npz is known to hold
         if self.comm.size > 1:
             self._check_processes_agree()
+
+    def request_stop(self, reason: str = "a request to stop") -> None:
+        """Ask the run to stop at the next step boundary, saving a checkpoint there. It only
+        sets a flag, so a signal handler may call it; with several processes, one process
+        asked is enough: the flag is summed with the step's loss, and all stop together."""
+        self.stop_reason = reason
 
     # ------------------------------------------------------------------ several processes
     def _fingerprint(self) -> dict[str, Any]:
@@ -236,7 +268,10 @@ class Trainer:
             raise CheckpointError(f"{path} has an incomplete optimizer state ({exc}); resume "
                                   "from another checkpoint of the run.") from None
         self.state.update(trainer_state)
-        self._trim_log(self.state["step"])
+        if path == self.checkpoints / "last.npz":
+            self._saved_step = self.state["step"]
+        with self._writing(f"the log {self.run_dir / 'log.jsonl'}"):
+            self._trim_log(self.state["step"])
 
     def _trim_log(self, step: int) -> None:
         """Drop the log's records of steps after ``step``: a run stopped after its last
@@ -262,12 +297,15 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         c, state = self.config, self.state
         self._synchronise()
+        log_path = self.run_dir / "log.jsonl"
         if self.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            for folder in (self.run_dir, self.checkpoints):  # what a killed run's saves left
-                if folder.is_dir():
-                    remove_stale_temporaries(folder)
-        log = _Log(self.run_dir / "log.jsonl" if self.is_main else None)
+            with self._writing(f"the run folder {self.run_dir}"):
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                for folder in (self.run_dir, self.checkpoints):  # what killed saves left
+                    if folder.is_dir():
+                        remove_stale_temporaries(folder)
+        with self._writing(f"the log {log_path}"):
+            log = _Log(log_path if self.is_main else None)
         bar = tqdm(total=c.max_steps, initial=state["step"],
                    disable=not (c.progress and self.is_main), unit="step", dynamic_ncols=True)
         started = self._started = time.perf_counter() - state["elapsed"]
@@ -284,12 +322,15 @@ class Trainer:
                     if self.comm.size == 1:  # else rank 0's clock, brought by the step
                         state["elapsed"] = time.perf_counter() - started
                     record.update(epoch=state["epoch"], elapsed=round(state["elapsed"], 2))
-                    log.write(record)
+                    with self._writing(f"the log {log_path} at step {state['step']}"):
+                        log.write(record)
                     bar.update(1)
                     bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
                                     tok_s=f"{record['tokens_per_s']:.0f}")
                     if state["step"] % c.eval_every == 0:
                         summary = self._validate_and_save(log)
+                    if self._stopping:
+                        self._stop()
                 if state["batch"] >= len(batches):
                     state["epoch"] += 1
                     state["batch"] = 0
@@ -318,6 +359,7 @@ class Trainer:
         process computes every N-th of them)."""
         c, state, comm = self.config, self.state, self.comm
         start = time.perf_counter()
+        self._stopping = False
         self.model.train()
         self.optimizer.zero_grad()
         n_tokens = sum(batch.n_tgt_tokens for batch in group)
@@ -334,15 +376,17 @@ class Trainer:
             token_loss = loss * batch.n_tgt_tokens        # a sum over the batch's tokens
             token_loss.backward()
             loss_sum += token_loss.item()
-        # the step's loss, summed over the processes, and rank 0's clock
+        # the step's loss, summed over the processes, rank 0's clock, and whether any process
+        # was asked to stop: all of them stop after this same step
         clock = time.perf_counter() - self._started if comm.rank == 0 else 0.0
-        loss_sum, state["elapsed"] = allreduce_scalars([loss_sum, clock], comm)
+        asked = float(self.stop_reason is not None)
+        loss_sum, state["elapsed"], asked = allreduce_scalars([loss_sum, clock, asked], comm)
         mean_loss = loss_sum / n_tokens
         if not math.isfinite(mean_loss):
             raise TrainingError(
                 f"the loss became {mean_loss} at step {state['step'] + 1} (epoch "
-                f"{state['epoch']}); training stopped and the last good checkpoint in "
-                f"{self.checkpoints} is untouched. Lower --lr-scale or set --clip-norm.")
+                f"{state['epoch']}), so training stopped with the last good checkpoint in "
+                f"{self.checkpoints} untouched: lower --lr-scale or set --clip-norm.")
         allreduce_gradients(self.optimizer.params, comm)  # every process: the whole step's
         for p in self.optimizer.params:  # summed token gradients -> mean over the tokens
             if p.grad is not None:
@@ -351,13 +395,14 @@ class Trainer:
         if not math.isfinite(grad_norm):  # a finite loss can still overflow its backward
             raise TrainingError(
                 f"the gradient norm became {grad_norm} at step {state['step'] + 1} (epoch "
-                f"{state['epoch']}) with a finite loss of {mean_loss:.4f}; the update was not "
-                f"applied, training stopped and the last good checkpoint in {self.checkpoints} "
-                "is untouched. Lower --lr-scale.")
+                f"{state['epoch']}) with a finite loss of {mean_loss:.4f}, so the update was "
+                f"not applied and training stopped with the last good checkpoint in "
+                f"{self.checkpoints} untouched: lower --lr-scale.")
         state["step"] += 1
         self.optimizer.lr = noam_rate(state["step"], self.model.config.d_model,
                                       c.warmup_steps, c.lr_scale)
         self.optimizer.step()
+        self._stopping = asked > 0
         seconds = time.perf_counter() - start
         tokens = sum(b.n_src_tokens + b.n_tgt_tokens for b in group)
         state["tokens"] += tokens
@@ -418,13 +463,14 @@ class Trainer:
         state = self.state
         result = self.validate()
         result["step"], result["epoch"] = state["step"], state["epoch"]
-        log.write({"validation": result})
+        with self._writing(f"the log {self.run_dir / 'log.jsonl'} at step {state['step']}"):
+            log.write({"validation": result})
         if not math.isfinite(result["valid_loss"]):  # an update broke the weights: keep them
             raise TrainingError(                        # out of every checkpoint
                 f"the validation loss became {result['valid_loss']} at step {state['step']} "
-                f"(epoch {state['epoch']}): an update made the parameters non-finite. "
-                f"Training stopped and the last good checkpoint in {self.checkpoints} is "
-                "untouched. Lower --lr-scale or set --clip-norm.")
+                f"(epoch {state['epoch']}) because an update made the parameters non-finite, "
+                f"so training stopped with the last good checkpoint in {self.checkpoints} "
+                "untouched: lower --lr-scale or set --clip-norm.")
         improved = (state["best_valid_loss"] is None
                     or result["valid_loss"] < state["best_valid_loss"])
         if improved:
@@ -432,21 +478,62 @@ class Trainer:
         if not self.is_main:
             return result
         step_path = self.checkpoints / f"step-{state['step']:07d}.npz"
-        record = {"trainer": dict(state), "train_config": asdict(self.config),
-                  "validation": result}
-        if self.data.src_lang and self.data.tgt_lang:  # evaluate reads the same direction
-            record["languages"] = [self.data.src_lang, self.data.tgt_lang]
-        save_checkpoint(step_path, self.model, self.optimizer, self.tokenizer.to_bytes(),
-                        record)
-        _link_atomically(step_path, self.checkpoints / "last.npz")
-        if improved:
-            _link_atomically(step_path, self.checkpoints / "best.npz")
-        for old in sorted(self.checkpoints.glob("step-*.npz"))[: -self.config.keep_last]:
-            old.unlink()
+        with self._writing(f"the checkpoint of step {state['step']} ({step_path})"):
+            save_checkpoint(step_path, self.model, self.optimizer, self.tokenizer.to_bytes(),
+                            self._record(result))
+            _link_atomically(step_path, self.checkpoints / "last.npz")
+            self._saved_step = state["step"]
+            if improved:
+                _link_atomically(step_path, self.checkpoints / "best.npz")
+            for old in sorted(self.checkpoints.glob("step-*.npz"))[: -self.config.keep_last]:
+                old.unlink()
         tqdm.write(f"step {state['step']}: valid loss {result['valid_loss']:.3f}, ppl "
                    f"{result['valid_ppl']:.2f}"
                    + (f", BLEU {result['valid_bleu']:.2f}" if "valid_bleu" in result else ""))
         return result
+
+    def _record(self, validation: dict[str, Any] | None) -> dict[str, Any]:
+        """The training state a checkpoint stores, to resume from and to read back."""
+        record = {"trainer": dict(self.state), "train_config": asdict(self.config),
+                  "validation": validation}
+        if self.data.src_lang and self.data.tgt_lang:  # evaluate reads the same direction
+            record["languages"] = [self.data.src_lang, self.data.tgt_lang]
+        return record
+
+    def _stop(self) -> None:
+        """Save the step every process has just finished (unless its validation did) as
+        last.npz, and raise TrainingStopped. The checkpoint is not validated and is no
+        step-*.npz, so the best model and the average of a resumed run are those of an
+        uninterrupted one."""
+        step, last = self.state["step"], self.checkpoints / "last.npz"
+        if self.is_main and self._saved_step != step:
+            with self._writing(f"the checkpoint of step {step} ({last})"):
+                save_checkpoint(last, self.model, self.optimizer, self.tokenizer.to_bytes(),
+                                self._record(None))
+            self._saved_step = step
+        self.comm.barrier()  # no process ends before rank 0's checkpoint is on disk
+        reason = f" ({self.stop_reason})" if self.stop_reason else ""
+        raise TrainingStopped(f"stopped at step {step}{reason}; the checkpoint of step {step} "
+                              f"is {last}: continue with --resume.", step)
+
+    @contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """Turn an OSError while writing ``what`` into a RunWriteError that names it, says
+        why, and says which checkpoint is intact and how to go on."""
+        try:
+            yield
+        except OSError as exc:
+            reason, fix = _write_failure(exc)
+            last = self.checkpoints / "last.npz"
+            if self._saved_step is not None:
+                kept = f"the checkpoint of step {self._saved_step} ({last}) is intact"
+                then = "continue with --resume"
+            elif last.is_file():
+                kept, then = f"the last checkpoint ({last}) is intact", "continue with --resume"
+            else:
+                kept, then = "no checkpoint had been written yet", "start the run again"
+            raise RunWriteError(f"could not write {what}: {reason}; {kept}: {fix} and "
+                                f"{then}.") from None
 
     def _average(self) -> dict[str, Any]:
         """Average the last step checkpoints (§6.1) and pick the final model: the average
@@ -454,14 +541,16 @@ class Trainer:
         a short run the average mixes in weights far from converged, and loses.)"""
         paths = sorted(self.checkpoints.glob("step-*.npz"))[-self.config.keep_last:]
         averaged = average_checkpoints(paths)
-        save_averaged(self.checkpoints / "averaged.npz", averaged)
+        with self._writing(f"the averaged checkpoint ({self.checkpoints / 'averaged.npz'})"):
+            save_averaged(self.checkpoints / "averaged.npz", averaged)
         trained = {name: p.data for name, p in self.model.named_parameters()}
         self.model.load_state_dict(averaged.model_state)
         averaged_loss = self._valid_losses(SingleProcess())[0]  # rank 0 alone
         self.model.load_state_dict({n: backend.to_numpy(a) for n, a in trained.items()})
         use_average = averaged_loss <= self.state["best_valid_loss"]
         final = self.checkpoints / ("averaged.npz" if use_average else "best.npz")
-        _link_atomically(final, self.checkpoints / "final.npz")
+        with self._writing(f"the final checkpoint ({self.checkpoints / 'final.npz'})"):
+            _link_atomically(final, self.checkpoints / "final.npz")
         tqdm.write(f"averaged {len(paths)} checkpoints: valid loss {averaged_loss:.3f} against "
                    f"the best {self.state['best_valid_loss']:.3f}; final model: {final.name}")
         return {"averaged": str(self.checkpoints / "averaged.npz"),
@@ -482,7 +571,22 @@ class _Log:
 
     def close(self) -> None:
         if self.file is not None:
-            self.file.close()
+            try:
+                self.file.close()
+            except OSError:  # what a failed write left in the buffer: that error was raised
+                pass
+
+
+def _write_failure(exc: OSError) -> tuple[str, str]:
+    """(why a write failed, what to do about it), in words."""
+    detail = f" ({exc.strerror or exc})"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"the disk is full{detail}", "free some space on it"
+    if exc.errno == errno.EROFS:
+        return f"its file system is read-only{detail}", "make it writable again"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"permission denied{detail}", "make the run folder writable"
+    return (exc.strerror or str(exc)), "check that disk"
 
 
 def _link_atomically(source: Path, target: Path) -> None:

@@ -1,6 +1,10 @@
 """Sentences in, sentences out: tokenize, batch by length, decode, detokenize; and the
 translator (model and tokenizer) that a checkpoint holds.
 
+``translate`` returns the translations as strings; ``translate_n_best`` returns for each
+sentence a ``Translation``: its n best hypotheses, each with its pieces, per-piece
+log-probabilities, log-probability and score, and (when asked) its alignment to the source.
+
 Used by training (validation BLEU), ``minitransformer translate`` and ``evaluate``. Empty lines
 translate to empty lines; characters the tokenizer has never seen become its unknown token
 rather than an error; sources longer than the model's positional table are cut to fit.
@@ -19,18 +23,63 @@ self-attention caches of 25 MB per output token.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import backend
 from ..data.tokenizer import Tokenizer
 from ..threads import get_num_threads
+from .alignment import check_layer, cross_attention, hard_alignment, pharaoh, to_words
 from .checkpoint import CheckpointError, load_checkpoint, restore_model
-from .decode import _is_index, beam_search, greedy_decode
+from .decode import Hypothesis, _is_index, beam_search, greedy_decode
 
 SENTENCES_PER_THREAD = 128  # a batch on the CPU: this many for each worker thread,
 MAX_CPU_BATCH = 256         # but no more than this many
 GPU_BATCH = 256             # a batch on the GPU
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """(source, output) index pairs, "i-j" in Pharaoh format: over pieces, and over words
+    (pieces merged at each ▁)."""
+
+    pieces: list[tuple[int, int]]
+    words: list[tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class TranslatedHypothesis:
+    """One hypothesis of ``translate_n_best``, in text and pieces."""
+
+    text: str                     # detokenized, as `translate` prints it
+    pieces: list[str]             # the output's pieces, EOS ("</s>") last when it finished
+    token_log_probs: list[float]  # log P of each piece given those before it and the source
+    log_prob: float               # log P(output | source), as the search accumulated it
+    score: float                  # log_prob / lp(|Y|), what beam search ranks by
+    finished: bool                # ended with EOS; False when cut at the length limit
+    alignment: Alignment | None   # with alignment_layer
+
+
+@dataclass(frozen=True)
+class Translation:
+    """A source sentence and its hypotheses, best first (none for an empty sentence)."""
+
+    source: str
+    source_pieces: list[str]
+    hypotheses: list[TranslatedHypothesis]
+
+    def to_json(self) -> dict[str, Any]:
+        """A dict for one line of ``translate --json`` (alignments as "i-j" strings)."""
+        record = asdict(self)
+        for hyp, out in zip(self.hypotheses, record["hypotheses"], strict=True):
+            if hyp.alignment is None:
+                del out["alignment"]
+            else:
+                out["alignment"] = {"pieces": pharaoh(hyp.alignment.pieces),
+                                    "words": pharaoh(hyp.alignment.words)}
+        return record
 
 
 def default_batch_size(model: Any) -> int:
@@ -48,27 +97,8 @@ def translate(model: Any, tokenizer: Any, sentences: list[str], beam_size: int =
     search (§6.1: beam 4, length penalty 0.6, at most source length + 50 tokens). Sentences
     are decoded in batches of similar length, ``batch_size`` at a time (default:
     ``default_batch_size``); the translations do not depend on it."""
-    if batch_size is None:
-        batch_size = default_batch_size(model)
-    elif not _is_index(batch_size) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer (sentences per batch), got "
-                         f"{batch_size!r}.")
-    max_len = model.config.max_len
-    encoded = []
-    for sentence in sentences:
-        ids = tokenizer.encode(sentence.strip())
-        if len(ids) > max_len - 1:
-            print(f"warning: a source of {len(ids)} tokens was cut to {max_len - 1}, the "
-                  "model's longest input.", file=sys.stderr)
-            ids = ids[: max_len - 1]
-        encoded.append(ids)
     outputs = [""] * len(sentences)
-    order = sorted((i for i, ids in enumerate(encoded) if ids), key=lambda i: len(encoded[i]))
-    pad = model.config.pad_id
-    for start in range(0, len(order), batch_size):
-        rows = order[start:start + batch_size]
-        width = max(len(encoded[i]) for i in rows)
-        src = [[*encoded[i], *[pad] * (width - len(encoded[i]))] for i in rows]
+    for rows, src in _batches(model, tokenizer, sentences, batch_size):
         # each sentence's limit is its own length + 50, whatever its batch (decode.py)
         if beam_size == 1:
             ids = greedy_decode(model, src, tokenizer.bos_id, tokenizer.eos_id)
@@ -78,6 +108,92 @@ def translate(model: Any, tokenizer: Any, sentences: list[str], beam_size: int =
         for i, out in zip(rows, ids, strict=True):
             outputs[i] = tokenizer.decode(out)
     return outputs
+
+
+def translate_n_best(model: Any, tokenizer: Any, sentences: list[str], beam_size: int = 4,
+                     length_penalty: float = 0.6, n_best: int = 1,
+                     batch_size: int | None = None,
+                     alignment_layer: int | None = None) -> list[Translation]:
+    """``translate`` with everything the search knows: for each sentence a ``Translation``,
+    its ``n_best`` best hypotheses (1 with greedy decoding, ``beam_size`` 1), each with its
+    text, pieces, per-token log-probabilities, log P and score (the ranking of beam search,
+    log P / lp(|Y|), finished hypotheses first); with ``alignment_layer`` (a decoder layer,
+    -1 the last) also its alignment to the source (``alignment.py``). The first hypothesis's
+    text is what ``translate`` returns. An empty sentence has no hypotheses."""
+    if beam_size == 1 and n_best != 1:
+        raise ValueError(f"greedy decoding (beam size 1) keeps one hypothesis, so n_best "
+                         f"must be 1, got {n_best!r}; use a beam of at least {n_best!r}.")
+    if alignment_layer is not None:
+        check_layer(model, alignment_layer)
+    eos = tokenizer.eos_id
+    found: list[list[Hypothesis]] = [[] for _ in sentences]
+    weights: list[list[Any]] = [[] for _ in sentences]
+    encoded: list[list[int]] = [[] for _ in sentences]
+    for rows, src in _batches(model, tokenizer, sentences, batch_size, encoded):
+        if beam_size == 1:
+            lists = greedy_decode(model, src, tokenizer.bos_id, eos, n_best=1,
+                                  length_penalty=length_penalty)
+        else:
+            lists = beam_search(model, src, tokenizer.bos_id, eos, beam_size,
+                                length_penalty, n_best=n_best)
+        for i, hyps in zip(rows, lists, strict=True):
+            found[i] = hyps
+        if alignment_layer is not None:  # one teacher-forced pass for the batch's hypotheses
+            pairs = [(i, [*h.tokens, eos] if h.finished else h.tokens)
+                     for i in rows for h in found[i]]
+            every = cross_attention(model, [encoded[i] for i, _ in pairs],
+                                    [out for _, out in pairs], tokenizer.bos_id,
+                                    alignment_layer)
+            for (i, _), w in zip(pairs, every, strict=True):
+                weights[i].append(w)
+    return [_translation(tokenizer, *args)
+            for args in zip(sentences, encoded, found, weights, strict=True)]
+
+
+def _translation(tokenizer: Any, sentence: str, src_ids: list[int], hyps: list[Hypothesis],
+                 weights: list[Any]) -> Translation:
+    """One sentence's Translation from its hypotheses and (when asked) their
+    cross-attention weights (H, T, S)."""
+    piece = tokenizer.id_to_piece
+    source_pieces = [piece(i) for i in src_ids]
+    translated = []
+    for h, w in zip(hyps, weights or [None] * len(hyps), strict=True):
+        pieces = [piece(i) for i in (h.tokens + [tokenizer.eos_id] * h.finished)]
+        alignment = None
+        if w is not None:
+            pairs = hard_alignment(w, len(h.tokens))
+            alignment = Alignment(pairs, to_words(pairs, source_pieces, pieces[:len(h.tokens)]))
+        translated.append(TranslatedHypothesis(tokenizer.decode(h.tokens), pieces,
+                                               h.token_log_probs, h.log_prob, h.score,
+                                               h.finished, alignment))
+    return Translation(sentence, source_pieces, translated)
+
+
+def _batches(model: Any, tokenizer: Any, sentences: list[str], batch_size: int | None,
+             encoded: list[list[int]] | None = None) -> Iterator[tuple[list[int], list]]:
+    """The non-empty sentences tokenized (cut to the model's longest input, with a warning),
+    sorted by length and padded into batches of ``batch_size``: (their indices, their ids).
+    ``encoded``, when given, receives every sentence's ids."""
+    if batch_size is None:
+        batch_size = default_batch_size(model)
+    elif not _is_index(batch_size) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer (sentences per batch), got "
+                         f"{batch_size!r}.")
+    max_len = model.config.max_len
+    encoded = [[] for _ in sentences] if encoded is None else encoded
+    for n, sentence in enumerate(sentences):
+        ids = tokenizer.encode(sentence.strip())
+        if len(ids) > max_len - 1:
+            print(f"warning: a source of {len(ids)} tokens was cut to {max_len - 1}, the "
+                  "model's longest input.", file=sys.stderr)
+            ids = ids[: max_len - 1]
+        encoded[n] = ids
+    order = sorted((i for i, ids in enumerate(encoded) if ids), key=lambda i: len(encoded[i]))
+    pad = model.config.pad_id
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        width = max(len(encoded[i]) for i in rows)
+        yield rows, [[*encoded[i], *[pad] * (width - len(encoded[i]))] for i in rows]
 
 
 def load_translator(path: str | Path) -> tuple[Any, Any]:

@@ -1,0 +1,58 @@
+"""Lines of standard input as they arrive, for ``translate`` reading a terminal or a pipe.
+
+A person typing, or a program that writes a sentence and waits for its translation, must get
+each translation when its line is complete, not at the end of the input. So the input is read
+as it comes (``os.read`` of whatever is there, never waiting for more than is needed), and the
+complete lines are handed on, all of them at once, as soon as the input pauses: a line typed
+alone is translated alone, and a whole file piped in keeps arriving faster than it can be
+read, so its lines are read to the end first and decoded in batches as large as a file's.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import stat
+import sys
+from collections.abc import Iterator
+from typing import BinaryIO
+
+CHUNK = 1 << 16  # bytes read at a time: a pipe's whole buffer on Linux
+
+
+def arrives_over_time(stream: BinaryIO) -> bool:
+    """Whether ``stream`` is a terminal, pipe or socket, whose lines arrive over time (a
+    regular file, or /dev/null, is there at once and is read whole)."""
+    try:
+        mode = os.fstat(stream.fileno()).st_mode
+    except (OSError, ValueError):  # no file descriptor (a test's StringIO)
+        return False
+    return stream.isatty() or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def lines_as_they_come(stream: BinaryIO, prompt: str | None = None) -> Iterator[list[bytes]]:
+    """Lists of the complete lines (without their newline) that ``stream`` holds each time
+    its input pauses, the last line included at the end even without a newline. ``prompt``,
+    if given, is written to standard error whenever every line so far has been handed on."""
+    fd = stream.fileno()
+    pending: list[bytes] = []  # complete lines not yet handed on
+    partial = b""              # the start of a line whose newline has not come
+    while True:
+        if not pending and not partial and prompt:
+            sys.stderr.write(prompt)
+            sys.stderr.flush()
+        # wait for input only when there is nothing to hand on; else just look
+        ready, _, _ = select.select([fd], [], [], None if not pending else 0)
+        if not ready:  # the input paused: hand on what came
+            yield pending
+            pending = []
+            continue
+        data = os.read(fd, CHUNK)
+        if not data:  # end of input
+            if partial:
+                pending.append(partial)
+            if pending:
+                yield pending
+            return
+        *complete, partial = (partial + data).split(b"\n")
+        pending += complete
