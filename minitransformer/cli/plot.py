@@ -125,6 +125,7 @@ def run_model(args: argparse.Namespace) -> int:
 def run_attention(args: argparse.Namespace) -> int:
     from .. import no_grad, viz
     from ..data.errors import DataError
+    from ..translation.alignment import cross_attention
     from ..translation.checkpoint import CheckpointError
     from ..translation.decode import greedy_decode
     from ..translation.translator import load_translator
@@ -153,15 +154,25 @@ def run_attention(args: argparse.Namespace) -> int:
         src_ids = src_ids[:longest]
     # the ids the model generated (greedy), not its text encoded again: re-encoding can split
     # the words otherwise, and the rows would belong to a sequence the model never produced
-    out_ids = greedy_decode(model, [src_ids], tokenizer.bos_id, tokenizer.eos_id)[0][:40]
+    [best] = greedy_decode(model, [src_ids], tokenizer.bos_id, tokenizer.eos_id, n_best=1)[0]
+    out_ids = best.tokens[:40]
+    source = [tokenizer.id_to_piece(i) for i in src_ids]
+    if args.kind == "cross":  # rows: the tokens generated, as translate --alignment reads them
+        generated = [*out_ids, *[tokenizer.eos_id] * (best.finished and len(best.tokens) <= 40)]
+        [weights] = cross_attention(model, [src_ids], [generated], tokenizer.bos_id, args.layer)
+        output = [tokenizer.id_to_piece(i) for i in generated]
+        viz.attention_heads(weights, output, source, average=True,
+                            title=f"cross-attention, layer {args.layer % len(stack)} of "
+                                  f"{len(stack)}: each generated token (row) looks at the "
+                                  "source (columns)", path=args.out)
+        print(f"wrote {args.out}")
+        return 0
     attention.record_weights = True
     with no_grad():
         model([src_ids], [[tokenizer.bos_id, *out_ids]])
     attention.record_weights = False
-    source = [tokenizer.id_to_piece(i) for i in src_ids]
     output = ["<s>", *(tokenizer.id_to_piece(i) for i in out_ids)]
-    queries, keys = {"encoder": (source, source), "decoder": (output, output),
-                     "cross": (output, source)}[args.kind]
+    queries, keys = {"encoder": (source, source), "decoder": (output, output)}[args.kind]
     viz.attention_heads(attention.weights.numpy()[0], queries, keys,
                         title=f"{args.kind} attention, layer {args.layer % len(stack)} of "
                               f"{len(stack)}: rows look at columns", path=args.out)

@@ -20,9 +20,12 @@ from ._render import pyplot, save_figure
 
 
 def attention_heads(weights: Any, queries: Sequence[str], keys: Sequence[str],
-                    title: str = "", path: str | Path | None = None, columns: int = 4) -> Any:
+                    title: str = "", path: str | Path | None = None, columns: int = 4,
+                    average: bool = False) -> Any:
     """One heatmap per head of one sentence's weights (H, T, S), labelled with the tokens:
-    queries down the side, keys along the top."""
+    queries down the side, keys along the top. With ``average``, a last panel shows the mean
+    over the heads, each row's largest entry marked with a dot: the alignment that
+    ``translate --alignment`` reads from the same weights."""
     weights = to_numpy(getattr(weights, "data", weights))
     if weights.ndim == 2:
         weights = weights[None]
@@ -31,21 +34,28 @@ def attention_heads(weights: Any, queries: Sequence[str], keys: Sequence[str],
                          f"{len(queries)} query and {len(keys)} key labels; pass one "
                          "sentence's (heads, queries, keys) weights.")
     n_heads = weights.shape[0]
-    columns = min(columns, n_heads)
-    rows = math.ceil(n_heads / columns)
+    panels = [(weights[h], f"head {h}") for h in range(n_heads)]
+    if average:
+        panels.append((weights.mean(axis=0), "mean over heads; • the largest of each row"))
+    columns = min(columns, len(panels))
+    rows = math.ceil(len(panels) / columns)
     cell = 0.32
     width = max(3.0, cell * len(keys) + 1.2) * columns
     height = max(2.5, cell * len(queries) + 1.2) * rows
     plt = pyplot()
     figure, axes = plt.subplots(rows, columns, figsize=(width, height), squeeze=False)
-    for head, axis in enumerate(axes.ravel()):
-        if head >= n_heads:
+    for n, axis in enumerate(axes.ravel()):
+        if n >= len(panels):
             axis.axis("off")
             continue
-        axis.imshow(weights[head], cmap="viridis", vmin=0.0, vmax=1.0, aspect="equal")
+        panel, name = panels[n]
+        axis.imshow(panel, cmap="viridis", vmin=0.0, vmax=1.0, aspect="equal")
         axis.set_xticks(range(len(keys)), keys, rotation=90, fontsize=8)
         axis.set_yticks(range(len(queries)), queries, fontsize=8)
-        axis.set_title(f"head {head}", fontsize=9)
+        axis.set_title(name, fontsize=9)
+        if average and n == n_heads and panel.size:
+            axis.plot(panel.argmax(axis=1), np.arange(len(queries)), "o", color="white",
+                      markersize=3)
     if title:
         figure.suptitle(title)
     figure.tight_layout()

@@ -94,20 +94,6 @@ def test_an_output_that_may_not_be_written_is_refused_before_translating(
         capsys.readouterr().err
 
 
-def test_translations_that_cannot_be_written_go_to_standard_output(trained_run, capsys,
-                                                                  monkeypatch, tmp_path):
-    _, run = trained_run
-
-    def full_disk(*args, **kwargs):
-        raise OSError(28, "No space left on device")
-    monkeypatch.setattr("pathlib.Path.write_text", full_disk)
-    assert cli.main(["translate", "--checkpoint", str(run / "checkpoints" / "averaged.npz"),
-                     "ka lo", "nu pe", "--output", str(tmp_path / "out.txt")]) == 1
-    captured = capsys.readouterr()
-    assert "could not write --output" in captured.err and "No space left" in captured.err
-    assert len(captured.out.splitlines()) == 2
-
-
 def test_translations_do_not_depend_on_the_batch_size(trained_run, monkeypatch):
     from minitransformer.translation.translator import (
         default_batch_size,

@@ -1,0 +1,328 @@
+"""`minitransformer translate` and `evaluate` for the people who use them: n-best lists with
+scores, JSON whose log-probabilities are the model's, alignments that agree with
+`plot attention`, and standard input translated line by line as it arrives."""
+
+import io
+import json
+import os
+import random
+import select
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from minitransformer import cli, no_grad
+from minitransformer.cli.live import lines_as_they_come
+from minitransformer.translation.translator import load_translator, translate, translate_n_best
+
+SENTENCES = ["ka lo mi", "", "nu pe ro si", "tu tu ka"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny translator trained for 200 steps (a few seconds) to reverse and upper-case a
+    made-up language: good enough that its hypotheses end, at different lengths."""
+    root = tmp_path_factory.mktemp("translate")
+    rng = random.Random(1)
+    words = ["ka", "lo", "mi", "nu", "pe", "ro", "si", "tu"]
+    (root / "corpus").mkdir()
+    for split, n in (("train", 80), ("valid", 6), ("test", 6)):
+        sentences = [[rng.choice(words) for _ in range(rng.randint(2, 5))] for _ in range(n)]
+        (root / "corpus" / f"{split}.xx").write_text("".join(" ".join(s) + "\n"
+                                                             for s in sentences))
+        (root / "corpus" / f"{split}.yy").write_text(
+            "".join(" ".join(reversed(s)).upper() + "\n" for s in sentences))
+    assert cli.main(["train", "--data", str(root / "corpus"), "--src-lang", "xx", "--tgt-lang",
+                     "yy", "--out", str(root / "run"), "--config", "tiny", "--vocab-size", "40",
+                     "--max-steps", "200", "--eval-every", "200", "--bleu-sentences", "4",
+                     "--max-tokens", "400", "--warmup", "40", "--beam", "2", "--keep-last", "1",
+                     "--no-progress"]) == 0
+    return root / "run" / "checkpoints" / "last.npz"
+
+
+def translate_cli(capsys, checkpoint, *args):
+    status = cli.main(["translate", "--checkpoint", str(checkpoint), *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def teacher_forced(model, src_ids, out_ids, bos_id):
+    """log P of each of ``out_ids`` given those before it, by the model's forward pass (teacher
+    forcing, no cache, evaluation mode), in float64."""
+    model.eval()
+    with no_grad():
+        logits = model([src_ids], [[bos_id, *out_ids[:-1]]]).numpy()[0].astype(np.float64)
+    log_p = logits - logits.max(-1, keepdims=True)
+    log_p -= np.log(np.exp(log_p).sum(-1, keepdims=True))
+    return log_p[np.arange(len(out_ids)), out_ids]
+
+
+# ---------------------------------------------------------------------------- n-best lists
+
+def test_n_best_lists_are_ranked_and_begin_with_the_translation(checkpoint, capsys):
+    status, plain, _ = translate_cli(capsys, checkpoint, "--beam", "4", *SENTENCES)
+    assert status == 0
+    status, n_best, _ = translate_cli(capsys, checkpoint, "--beam", "4", "--n-best", "3",
+                                      *SENTENCES)
+    assert status == 0
+    rows = [line.split("\t") for line in n_best.splitlines()]
+    assert all(len(row) == 4 for row in rows)
+    numbers = [int(row[0]) for row in rows]
+    assert numbers == sorted(numbers) and set(numbers) == {0, 2, 3}  # the empty line: none
+    for number in (0, 2, 3):
+        mine = [row for row in rows if int(row[0]) == number]
+        assert len(mine) == 3
+        scores = [float(row[1]) for row in mine]
+        assert scores == sorted(scores, reverse=True)
+        assert mine[0][3] == plain.splitlines()[number]
+        assert all(float(row[2]) <= float(row[1]) <= 0 for row in mine)  # log P ≤ log P / lp
+
+
+def test_the_api_returns_the_same_hypotheses_with_their_scores(checkpoint):
+    model, tokenizer = load_translator(checkpoint)
+    found = translate_n_best(model, tokenizer, SENTENCES, beam_size=4, n_best=4)
+    assert [t.source for t in found] == SENTENCES
+    assert found[1].hypotheses == [] and found[1].source_pieces == []
+    assert [t.hypotheses[0].text if t.hypotheses else "" for t in found] == translate(
+        model, tokenizer, SENTENCES, 4)
+    for t in found[0], found[2], found[3]:
+        assert len(t.hypotheses) == 4
+        assert [h.score for h in t.hypotheses] == sorted((h.score for h in t.hypotheses),
+                                                         reverse=True)
+        assert all(h.finished and h.pieces[-1] == "</s>" for h in t.hypotheses)
+    greedy = translate_n_best(model, tokenizer, SENTENCES, beam_size=1)
+    assert [t.hypotheses[0].text if t.hypotheses else "" for t in greedy] == translate(
+        model, tokenizer, SENTENCES, 1)
+    with pytest.raises(ValueError, match="greedy decoding"):
+        translate_n_best(model, tokenizer, SENTENCES, beam_size=1, n_best=2)
+
+
+@pytest.mark.parametrize("beam", ["1", "3"])
+def test_json_log_probabilities_are_those_of_a_teacher_forced_pass(checkpoint, capsys, beam):
+    status, out, _ = translate_cli(capsys, checkpoint, "--beam", beam, "--n-best", beam,
+                                   "--json", *SENTENCES)
+    assert status == 0
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["source"] for r in records] == SENTENCES
+    model, tokenizer = load_translator(checkpoint)
+    piece_id = {tokenizer.id_to_piece(i): i for i in range(tokenizer.vocab_size)}
+    compared = 0
+    for record in records:
+        src_ids = [piece_id[p] for p in record["source_pieces"]]
+        assert src_ids == tokenizer.encode(record["source"])
+        assert len(record["hypotheses"]) == (int(beam) if record["source"] else 0)
+        for hyp in record["hypotheses"]:
+            out_ids = [piece_id[p] for p in hyp["pieces"]]
+            assert tokenizer.decode(out_ids) == hyp["text"]
+            assert len(hyp["token_log_probs"]) == len(out_ids)
+            np.testing.assert_allclose(hyp["token_log_probs"],
+                                       teacher_forced(model, src_ids, out_ids, tokenizer.bos_id),
+                                       atol=2e-5)
+            assert hyp["log_prob"] == pytest.approx(sum(hyp["token_log_probs"]), abs=1e-4)
+            assert "alignment" not in hyp
+            compared += 1
+    assert compared == 3 * int(beam)
+
+
+# ------------------------------------------------------------------------------ alignments
+
+def test_alignments_over_words_and_pieces(checkpoint, capsys):
+    status, out, _ = translate_cli(capsys, checkpoint, "--alignment", *SENTENCES)
+    assert status == 0
+    lines = out.splitlines()
+    assert len(lines) == len(SENTENCES) and lines[1] == "\t"
+    for sentence, line in zip(SENTENCES, lines, strict=True):
+        text, pairs = line.split("\t")
+        for pair in pairs.split():
+            i, j = map(int, pair.split("-"))
+            assert 0 <= i < len(sentence.split()) and 0 <= j < len(text.split())
+        # every output word is aligned to something
+        assert {int(p.split("-")[1]) for p in pairs.split()} == set(range(len(text.split())))
+    status, out, _ = translate_cli(capsys, checkpoint, "--alignment", "--json", "--n-best",
+                                   "2", SENTENCES[0])
+    [record] = [json.loads(line) for line in out.splitlines()]
+    for hyp in record["hypotheses"]:
+        pieces = [tuple(map(int, p.split("-"))) for p in hyp["alignment"]["pieces"].split()]
+        assert [j for _, j in pieces] == list(range(len(hyp["pieces"]) - 1))  # all but EOS
+
+
+@pytest.mark.parametrize("layer", ["-1", "0"])
+def test_the_alignment_is_what_plot_attention_shows(checkpoint, capsys, tmp_path, monkeypatch,
+                                                    layer):
+    """For each generated token, the alignment's source piece is the column of the largest
+    head-averaged weight in the row `plot attention` draws for it."""
+    from minitransformer import viz
+
+    drawn = {}
+    monkeypatch.setattr(viz, "attention_heads", lambda weights, queries, keys, **kw:
+                        drawn.update(weights=weights, queries=queries, keys=keys, **kw))
+    for sentence in (SENTENCES[0], SENTENCES[2]):
+        assert cli.main(["plot", "attention", sentence, "--checkpoint", str(checkpoint),
+                         "--layer", layer, "--out", str(tmp_path / "a.png")]) == 0
+        capsys.readouterr()
+        status, out, _ = translate_cli(capsys, checkpoint, "--beam", "1", "--json",
+                                       "--alignment", "--alignment-layer", layer, sentence)
+        [hyp] = json.loads(out)["hypotheses"]
+        assert drawn["queries"] == hyp["pieces"] and drawn["average"]
+        assert drawn["keys"] == json.loads(out)["source_pieces"]
+        columns = drawn["weights"].mean(axis=0).argmax(axis=1)
+        assert hyp["alignment"]["pieces"] == " ".join(
+            f"{i}-{j}" for j, i in enumerate(columns[:-1]))
+
+
+def test_alignment_layers_the_model_does_not_have_are_refused(checkpoint, capsys):
+    status, _, err = translate_cli(capsys, checkpoint, "--alignment", "--alignment-layer", "2",
+                                   "ka")
+    assert status == 2
+    assert ("--alignment-layer 2 does not exist; the model has 2 decoder layers (0 to 1, or -1 "
+            "for the last).") in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--n-best", "5"], "--n-best 5 is more than --beam 4, and the search keeps only 4 "
+                        "hypotheses; give --beam 5 or more, or a smaller --n-best."),
+    (["--n-best", "2", "--beam", "1"], "--n-best 2 needs beam search, but --beam 1 is greedy "
+                                       "decoding, which keeps one hypothesis; give --beam 2"),
+    (["--alignment-layer", "0"], "--alignment-layer chooses the layer of --alignment, which "
+                                 "was not given"),
+])
+def test_options_that_cannot_work_together_are_refused(checkpoint, capsys, args, message):
+    status, out, err = translate_cli(capsys, checkpoint, *args, "ka lo")
+    assert status == 2 and out == ""
+    assert message in err
+
+
+def test_an_empty_input_file_is_nothing_to_translate(checkpoint, capsys, tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    status, out, err = translate_cli(capsys, checkpoint, "--input", str(tmp_path / "empty.txt"))
+    assert (status, out, err) == (0, "", "")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_translations_that_cannot_be_written_go_to_standard_output(checkpoint, capsys):
+    """/dev/full: every write fails as on a full disk."""
+    status, out, err = translate_cli(capsys, checkpoint, "ka lo", "nu pe", "--output",
+                                     "/dev/full")
+    assert status == 1
+    assert "could not write --output /dev/full (No space left on device)" in err
+    assert len(out.splitlines()) == 2
+
+
+# ------------------------------------------------------------------------------- evaluate
+
+def test_evaluate_with_n_best_reports_the_oracle_bleu(checkpoint, capsys):
+    data = str(checkpoint.parent.parent.parent / "corpus")
+    common = ["evaluate", "--checkpoint", str(checkpoint), "--data", data, "--json"]
+    assert cli.main(common) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert cli.main([*common, "--n-best", "4"]) == 0
+    with_n_best = json.loads(capsys.readouterr().out)
+    assert with_n_best["bleu"] == alone["bleu"] and with_n_best["n_best"] == 4
+    assert 0 <= with_n_best["oracle_bleu"] <= 100
+    assert cli.main(["evaluate", "--checkpoint", str(checkpoint), "--data", data,
+                     "--n-best", "2"]) == 0
+    assert "oracle BLEU of the 2 best = " in capsys.readouterr().out
+    assert cli.main([*common, "--n-best", "5"]) == 2
+    assert "--n-best 5 is more than --beam 4" in capsys.readouterr().err
+
+
+def test_oracle_bleu_picks_the_hypothesis_closest_to_the_reference():
+    from minitransformer.translation.scoring import corpus_bleu, oracle_bleu
+
+    lists = [["a dog runs in the park", "the cat sleeps on the mat"], [], ["one two"]]
+    references = ["the cat sleeps on the mat", "nothing", "one two"]
+    assert oracle_bleu(lists, references).score == corpus_bleu(
+        ["the cat sleeps on the mat", "", "one two"], references).score
+
+
+# ------------------------------------------------------------------------------- live mode
+
+def read_line(stream, seconds=60):
+    """One line from a subprocess's stdout, failing (not hanging) when none comes."""
+    ready, _, _ = select.select([stream], [], [], seconds)
+    assert ready, f"no translation within {seconds} s"
+    return stream.readline()
+
+
+def translator_process(checkpoint, *args):
+    return subprocess.Popen([sys.executable, "-m", "minitransformer", "translate",
+                             "--checkpoint", str(checkpoint), *args],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_each_line_is_translated_as_soon_as_it_arrives(checkpoint):
+    """A program writes a sentence, waits for its translation, then writes the next: the
+    input never ends in between, so a translator that read to the end would hang."""
+    model, tokenizer = load_translator(checkpoint)
+    expected = translate(model, tokenizer, SENTENCES, 4)
+    process = translator_process(checkpoint)
+    try:
+        for sentence, translation in zip(SENTENCES, expected, strict=True):
+            process.stdin.write(sentence.encode() + b"\n")
+            process.stdin.flush()
+            assert read_line(process.stdout).decode() == translation + "\n"
+        process.stdin.close()
+        assert process.wait(timeout=60) == 0
+        assert process.stderr.read() == b""  # no prompt: the input is not a terminal
+    finally:
+        process.kill()
+
+
+def test_live_json_and_a_line_that_is_not_utf8(checkpoint):
+    process = translator_process(checkpoint, "--json", "--n-best", "2")
+    try:
+        process.stdin.write(b"ka lo\n")
+        process.stdin.flush()
+        first = json.loads(read_line(process.stdout))
+        assert first["source"] == "ka lo" and len(first["hypotheses"]) == 2
+        process.stdin.write(b"caf\xe9\nmi nu\n")
+        process.stdin.close()
+        second, third = (json.loads(read_line(process.stdout)) for _ in range(2))
+        assert (second["source"], second["hypotheses"]) == ("", [])
+        assert third["source"] == "mi nu"
+        assert process.wait(timeout=60) == 1
+        assert b"line 2 of standard input is not valid UTF-8" in process.stderr.read()
+    finally:
+        process.kill()
+
+
+def test_a_whole_file_piped_in_gives_what_input_gives(checkpoint, tmp_path, capsys):
+    lines = [" ".join(random.Random(i).choices(["ka", "lo", "mi", "nu", "pe"], k=1 + i % 5))
+             for i in range(300)]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    status, expected, _ = translate_cli(capsys, checkpoint, "--input", str(tmp_path / "in.txt"))
+    assert status == 0
+    piped = subprocess.run([sys.executable, "-m", "minitransformer", "translate",
+                            "--checkpoint", str(checkpoint)],
+                           input=(tmp_path / "in.txt").read_bytes(), capture_output=True,
+                           timeout=120)
+    assert piped.returncode == 0
+    assert piped.stdout.decode() == expected
+
+
+def test_lines_are_handed_on_when_the_input_pauses():
+    read_end, write_end = os.pipe()
+
+    def writer():
+        for chunk, pause in ((b"one\n", 0.3), (b"two\nthr", 0.3), (b"ee\nfour", 0.0)):
+            os.write(write_end, chunk)
+            time.sleep(pause)
+        os.close(write_end)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    with os.fdopen(read_end, "rb") as stream:
+        batches = list(lines_as_they_come(stream))
+    thread.join()
+    assert batches == [[b"one"], [b"two"], [b"three", b"four"]]
+
+
+def test_a_regular_file_as_standard_input_is_read_whole(checkpoint, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ka lo\n\nmi\n")))
+    status, out, _ = translate_cli(capsys, checkpoint)
+    assert status == 0 and len(out.splitlines()) == 3
