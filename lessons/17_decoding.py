@@ -134,6 +134,35 @@ else:
     print("α = 0 and α = 3 chose the same outputs for all eight sources")
 
 # %% [markdown]
+# ## What else the beam found: n-best lists
+#
+# A search of beam size $k$ ends with up to $k$ finished hypotheses for each sentence, and
+# the one returned is only the best of them. `n_best` returns the list, best first: each
+# hypothesis with its $\log P$, its score $\log P / lp(|Y|)$ (what the search ranked by), and
+# the log-probability of each token, the end token included, given the tokens before it.
+# The list below is for the first length-11 source at $\alpha = 0.6$.
+
+# %%
+[hypotheses] = beam_search(model, long_src[:1], BOS, EOS, beam_size=4, length_penalty=0.6,
+                           max_len=long_src.shape[1] + 5, n_best=4)
+for rank, h in enumerate(hypotheses):
+    print(f"{rank}. {h.tokens}  log P {h.log_prob:7.3f}  score {h.score:7.3f}"
+          f"{'' if h.finished else '  (cut at the limit)'}")
+print("the first is beam_search's answer:", hypotheses[0].tokens == outputs["length 11", 0.6][0])
+best = hypotheses[0]
+print("its tokens' log-probabilities:", np.round(best.token_log_probs, 3))
+print(f"their sum {sum(best.token_log_probs):.4f}; log P by the full decoder "
+      f"{log_prob(long_src[0], best.tokens, limit=long_src.shape[1] + 5):.4f}")
+
+# %% [markdown]
+# The list is in the order of the scores, the order of the search. The per-token
+# log-probabilities show where the model hesitated (the most negative ones), and they add up
+# to the $\log P$ that the full, uncached decoder gives the same output: the cache and the
+# bookkeeping of the search change nothing in them. From the command line,
+# `minitransformer translate --n-best 4` prints such a list for text, with the scores, and
+# `--json` everything above, with the pieces of the text (the formats are in `docs/cli.md`).
+
+# %% [markdown]
 # ## The key/value cache
 #
 # The decoder is auto-regressive: step $t$ needs the keys and values of positions $1..t$ in
