@@ -512,7 +512,9 @@ class Trainer:
                                 self._record(None))
             self._saved_step = step
         self.comm.barrier()  # no process ends before rank 0's checkpoint is on disk
-        reason = f" ({self.stop_reason})" if self.stop_reason else ""
+        why = self.stop_reason or ("another process of the run was asked to stop"
+                                   if self.comm.size > 1 else None)
+        reason = f" ({why})" if why else ""
         raise TrainingStopped(f"stopped at step {step}{reason}; the checkpoint of step {step} "
                               f"is {last}: continue with --resume.", step)
 
