@@ -4,6 +4,12 @@ Under ``mpiexec -n N`` it trains one model with N processes (``minitransformer.d
 rank 0 reads the files, builds the vocabulary and writes the run folder; every process trains
 its share of each step. A process that fails ends the whole run (MPI_Abort) rather than
 leaving the others waiting for it.
+
+SIGTERM (what a cluster scheduler sends before it kills a job, and what MPICH's ``mpiexec``
+passes on to every process) stops the run at the next step boundary with a checkpoint of that
+step, exit status 143 (128 + 15, as the shell reports a process ended by SIGTERM); ``--resume``
+continues it with the losses of an uninterrupted run. Ctrl-C (SIGINT) stops at once, exit
+status 130, and ``--resume`` continues from the last validation's checkpoint.
 """
 
 from __future__ import annotations
@@ -11,9 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
+import threading
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,9 +47,10 @@ DEFAULTS = {
                "eval_every": None, "lr_scale": 0.7},
 }
 STOPPING = ("max_steps", "max_epochs", "time_budget")
-# exit statuses; a TrainingError (a non-finite loss) stops every process at the same step,
-# since they all see the same reduced loss, so no process is left waiting
-STOPPED_TOGETHER, INTERRUPTED = 1, 130
+# exit statuses; a TrainingError (a non-finite loss) and SIGTERM stop every process at the
+# same step, since they all see the same reduced loss and stop flag, so no process is left
+# waiting; a file rank 0 cannot write (RunWriteError) ends the others with MPI_Abort
+STOPPED_TOGETHER, INTERRUPTED, TERMINATED = 1, 130, 143
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -134,8 +145,8 @@ def run_train(args: argparse.Namespace) -> int:
         raise
     if status == INTERRUPTED and comm.rank != 0:
         time.sleep(2)  # rank 0, interrupted too, says where the last checkpoint is
-    if status not in (0, STOPPED_TOGETHER):  # the others would wait for this process
-        comm.abort(status)                    # forever: end them too
+    if status not in (0, STOPPED_TOGETHER, TERMINATED):  # the others would wait for this
+        comm.abort(status)                                 # process forever: end them too
     return status
 
 
@@ -148,7 +159,13 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
     from ..translation.checkpoint import CheckpointError, load_checkpoint
     from ..translation.corpus import check_max_len, load_corpus, prepare_corpus
     from ..translation.scoring import score_test_set
-    from ..translation.training import TrainConfig, Trainer, TrainingError
+    from ..translation.training import (
+        RunWriteError,
+        TrainConfig,
+        Trainer,
+        TrainingError,
+        TrainingStopped,
+    )
 
     name = ("minitransformer train" if comm.size == 1
             else f"minitransformer train (rank {comm.rank} of {comm.size})")
@@ -170,6 +187,10 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
         print(f"{name}: {out} already holds a run ({earlier[0].name}); "
               "continue it with --resume, or start afresh with another --out (or after "
               "removing that folder).", file=sys.stderr)
+        return 2
+    problem = _cannot_create(out) if main else None
+    if problem:  # found before any data is read
+        print(f"{name}: {problem}", file=sys.stderr)
         return 2
     try:
         # the length of the model's positional table, known before its vocabulary is
@@ -207,7 +228,7 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
         trainer = Trainer(model, tokenizer, data, train_config, out, comm)
         if args.resume:  # before run.json is written: a refused resume changes nothing
             trainer.resume()
-    except (DataError, CheckpointError, ValueError, DistributedError) as exc:
+    except (DataError, CheckpointError, ValueError, DistributedError, RunWriteError) as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         return 2
     train_dropped = _dropped(prepared.train_dropped, f"{args.max_len} tokens", always=True)
@@ -219,18 +240,34 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
           f"{len(data.valid):,} validation{valid_dropped}, {len(corpus.test):,} test; vocabulary "
           f"{tokenizer.vocab_size:,}; model '{pick('config')}' with "
           f"{model.num_parameters():,} parameters; {_where(comm)}; run folder {out}")
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(out / "tokenizer.model")
-    (out / "run.json").write_text(json.dumps(
-        {"args": {k: v for k, v in vars(args).items() if k != "run"},
-         "model": config.to_dict(), "train": vars(train_config)}, indent=1) + "\n")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tokenizer.save(out / "tokenizer.model")
+        (out / "run.json").write_text(json.dumps(
+            {"args": {k: v for k, v in vars(args).items() if k != "run"},
+             "model": config.to_dict(), "train": vars(train_config)}, indent=1) + "\n")
+    except OSError as exc:
+        print(f"{name}: cannot write the run folder {out} ({exc.strerror or exc}); choose an "
+              "--out on a disk with space that you can write to.", file=sys.stderr)
+        if comm.size > 1:
+            comm.abort(2)
+        return 2
     if args.resume:
         print(f"resumed at step {trainer.state['step']}, epoch {trainer.state['epoch']}")
     try:
-        trainer.fit()
+        with _stop_on_sigterm(trainer):
+            trainer.fit()
+    except RunWriteError as exc:  # rank 0 alone: the other processes wait in a step
+        print(f"{name}: {exc}", file=sys.stderr)
+        if comm.size > 1:
+            comm.abort(1)
+        return 1
     except TrainingError as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         return 1
+    except TrainingStopped as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return TERMINATED
     except KeyboardInterrupt:
         if (out / "checkpoints" / "last.npz").exists():
             print(f"\ninterrupted; the last checkpoint is in {out / 'checkpoints'}; continue "
@@ -239,23 +276,72 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
             print(f"\ninterrupted before the first checkpoint; nothing to resume: remove {out} "
                   "and start again.", file=sys.stderr)
         return 130
-    results = score_test_set(out / "checkpoints" / "final.npz", corpus.test, args.beam, out)
-    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    final = out / "checkpoints" / "final.npz"
+    if trainer.stop_reason is not None:  # asked during the last validation or the average
+        print(f"{name}: stopped after training ({trainer.stop_reason}), before translating "
+              f"the test set; the final model is {final}: score it with --resume.",
+              file=sys.stderr)
+        return TERMINATED
+    try:
+        results = score_test_set(final, corpus.test, args.beam, out)
+        (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    except OSError as exc:
+        print(f"{name}: could not write the test set's translations or scores in {out} "
+              f"({exc.strerror or exc}); the final model is {final}: free some space, or make "
+              "the folder writable, and score it with --resume.", file=sys.stderr)
+        return 1
     return 0
 
 
 def _train_share(trainer: Trainer, name: str) -> int:
     """A process other than rank 0: train its share, and leave the files and the test set
     to rank 0."""
-    from ..translation.training import TrainingError
+    from ..translation.training import TrainingError, TrainingStopped
 
     try:
-        trainer.fit()
+        with _stop_on_sigterm(trainer):
+            trainer.fit()
     except TrainingError:  # every process sees the same loss: rank 0 says it
         return 1
+    except TrainingStopped:  # every process stops after the same step: rank 0 says it
+        return TERMINATED
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+@contextmanager
+def _stop_on_sigterm(trainer: Trainer) -> Iterator[None]:
+    """While the body runs, SIGTERM asks ``trainer`` to stop at the next step boundary
+    (checkpointed) instead of ending the process at once. Signals reach only the main
+    thread, so elsewhere (cli.main called from a thread) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: trainer.request_stop(
+        "SIGTERM"))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _cannot_create(out: Path) -> str | None:
+    """Why the run folder ``out`` cannot be created, found by creating (and removing) the
+    first of its folders that does not exist yet; None when it exists or can be created.
+    (Asking os.access is not enough: as root it says yes to /proc, where mkdir fails.)"""
+    try:
+        missing = [folder for folder in (out, *out.parents) if not folder.exists()]
+        if not missing:
+            return None
+        first = missing[-1]
+        first.mkdir()
+        first.rmdir()
+    except OSError as exc:
+        where = f"creating {exc.filename} failed" if exc.filename else "it failed"
+        return (f"cannot create the run folder --out {out} ({where}: {exc.strerror or exc}); "
+                "choose an --out in a folder you can write to.")
+    return None
 
 
 def _dropped(dropped: Dropped, limit: str, always: bool = False) -> str:
