@@ -85,6 +85,31 @@ def test_sigterm_saves_the_step_it_ends_and_resume_repeats_the_uninterrupted_los
     assert (run / "results.json").is_file()
 
 
+def test_sigterm_after_the_last_step_leaves_the_test_set_to_resume(corpus, tmp_path,
+                                                                   monkeypatch, capsys):
+    """Asked while the last checkpoints are averaged: training is done, the test set is not
+    translated, and --resume (which validates and averages again) scores it."""
+    original_average = Trainer._average
+
+    def terminated_while_averaging(self):
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL, \
+            "train installed no SIGTERM handler (the signal would end the tests)"
+        os.kill(os.getpid(), signal.SIGTERM)
+        return original_average(self)
+
+    monkeypatch.setattr(Trainer, "_average", terminated_while_averaging)
+    run = tmp_path / "run"
+    assert train(corpus, run) == 143
+    final = run / "checkpoints" / "final.npz"
+    assert only_line(capsys.readouterr().err) == (
+        f"minitransformer train: stopped after training (SIGTERM), before translating the "
+        f"test set; the final model is {final}: score it with --resume.")
+    assert final.is_file() and not (run / "results.json").exists()
+    monkeypatch.undo()
+    assert train(corpus, run, "--resume") == 0
+    assert (run / "results.json").is_file()
+
+
 def test_sigterm_from_another_process_stops_the_command_with_status_143(corpus, tmp_path):
     """As a cluster scheduler ends a job: `kill -TERM` at whatever step the run is in."""
     run = tmp_path / "run"

@@ -1,6 +1,7 @@
-"""SIGTERM under ``mpiexec -n 2``: sent to mpiexec (which passes it on to every process, as
-MPICH's does) or to one process alone, it stops every process after the same step, with that
-step's checkpoint, exit status 143, and a run that resumes with the uninterrupted losses."""
+"""Faults under ``mpiexec -n 2``. SIGTERM, sent to mpiexec (which passes it on to every
+process, as MPICH's does) or to one process alone, stops every process after the same step,
+with that step's checkpoint, exit status 143, and a run that resumes with the uninterrupted
+losses. A file rank 0 cannot write ends the other process too, in one sentence."""
 
 import json
 import os
@@ -9,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -26,6 +28,22 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 WITH_PID = ("import os, sys; from pathlib import Path; "
             "Path(sys.argv[1]).write_text(str(os.getpid())); "
             "from minitransformer.cli import main; sys.exit(main(sys.argv[2:]))")
+# rank 0's log becomes read-only after step 2: its writes fail as on a remounted disk
+READ_ONLY_LOG = textwrap.dedent("""
+    import errno, os, sys
+    import minitransformer.translation.training as training
+    from minitransformer.cli import main
+
+    write = training._Log.write
+
+    def read_only_after_step_2(log, record):
+        if record.get("step", 0) > 2:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        write(log, record)
+
+    training._Log.write = read_only_after_step_2
+    sys.exit(main(sys.argv[1:]))
+""")
 
 
 def write_corpus(folder):
@@ -104,3 +122,19 @@ def test_sigterm_stops_both_processes_after_one_step_and_resume_repeats_the_loss
     whole = mpiexec(*train(corpus, tmp_path / "whole", "--max-steps", str(step + 2)))
     assert whole.returncode == 0, whole.stderr
     assert losses(run) == losses(tmp_path / "whole")
+
+
+def test_a_log_rank_0_cannot_write_ends_both_processes_in_one_sentence(tmp_path):
+    corpus, run = write_corpus(tmp_path / "corpus"), tmp_path / "run"
+    command = train(corpus, run, "--max-steps", "10", "--eval-every", "2")
+    result = subprocess.run([MPIEXEC, "-n", "1", sys.executable, "-c", READ_ONLY_LOG, *command,
+                             ":", "-n", "1", sys.executable, "-m", "minitransformer", *command],
+                            capture_output=True, text=True, timeout=LIMIT, env=ENV)
+    assert result.returncode != 0
+    last = run / "checkpoints" / "last.npz"
+    assert (f"minitransformer train (rank 0 of 2): could not write the log {run / 'log.jsonl'} "
+            f"at step 3: its file system is read-only (Read-only file system); the checkpoint "
+            f"of step 2 ({last}) is intact: make it writable again and continue with --resume."
+            ) in result.stderr
+    assert "Traceback" not in result.stderr
+    assert load_checkpoint(last).state["trainer"]["step"] == 2
