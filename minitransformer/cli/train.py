@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -177,6 +178,10 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
     pick = lambda name: getattr(args, name) if getattr(args, name) is not None else (  # noqa: E731
         defaults.get(name))
     out = Path(args.out or Path("runs") / f"{Path(args.data).name}-{pick('config')}")
+    problem = _cannot_create(out) if main else None
+    if problem:  # found before any data is read
+        print(f"{name}: {problem}", file=sys.stderr)
+        return 2
     if main and out.exists() and not out.is_dir():
         print(f"{name}: --out {out} is a file, not a folder; choose another "
               "--out.", file=sys.stderr)
@@ -187,10 +192,6 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
         print(f"{name}: {out} already holds a run ({earlier[0].name}); "
               "continue it with --resume, or start afresh with another --out (or after "
               "removing that folder).", file=sys.stderr)
-        return 2
-    problem = _cannot_create(out) if main else None
-    if problem:  # found before any data is read
-        print(f"{name}: {problem}", file=sys.stderr)
         return 2
     try:
         # the length of the model's positional table, known before its vocabulary is
@@ -327,12 +328,15 @@ def _stop_on_sigterm(trainer: Trainer) -> Iterator[None]:
 
 
 def _cannot_create(out: Path) -> str | None:
-    """Why the run folder ``out`` cannot be created, found by creating (and removing) the
-    first of its folders that does not exist yet; None when it exists or can be created.
-    (Asking os.access is not enough: as root it says yes to /proc, where mkdir fails.)"""
+    """Why the run folder ``out`` cannot be created or written, found by creating (and
+    removing) the first of its folders that does not exist yet; None when it can. (Asking
+    os.access is not enough: as root it says yes to /proc, where mkdir fails.)"""
     try:
         missing = [folder for folder in (out, *out.parents) if not folder.exists()]
         if not missing:
+            if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
+                return (f"the run folder --out {out} may not be written (permission denied); "
+                        "choose another --out, or make it writable.")
             return None
         first = missing[-1]
         first.mkdir()

@@ -238,3 +238,14 @@ def test_a_run_folder_that_cannot_be_created_is_refused_before_reading_data(
                            f"(creating {where} failed: ")
     assert line.endswith("); choose an --out in a folder you can write to.")
     assert not Path("/proc/nope").exists()
+
+
+def test_a_run_folder_that_may_not_be_written_is_refused_before_reading_data(
+        tmp_path, monkeypatch, capsys):
+    (tmp_path / "run").mkdir()
+    monkeypatch.setattr("os.access", lambda path, mode: False)  # as a folder of another user
+    assert cli.main(["train", "--data", str(tmp_path / "no-such-corpus"), "--out",
+                     str(tmp_path / "run"), "--no-progress"]) == 2
+    assert only_line(capsys.readouterr().err) == (
+        f"minitransformer train: the run folder --out {tmp_path / 'run'} may not be written "
+        "(permission denied); choose another --out, or make it writable.")
