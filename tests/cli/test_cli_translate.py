@@ -248,6 +248,12 @@ def read_line(stream, seconds=60):
     return stream.readline()
 
 
+def read_bytes(stream, n, seconds=60):
+    ready, _, _ = select.select([stream], [], [], seconds)
+    assert ready, f"nothing within {seconds} s"
+    return stream.read(n)
+
+
 def translator_process(checkpoint, *args):
     return subprocess.Popen([sys.executable, "-m", "minitransformer", "translate",
                              "--checkpoint", str(checkpoint), *args],
@@ -289,6 +295,30 @@ def test_live_json_and_a_line_that_is_not_utf8(checkpoint):
         assert b"line 2 of standard input is not valid UTF-8" in process.stderr.read()
     finally:
         process.kill()
+
+
+def test_a_terminal_gets_a_prompt_and_ctrl_c_ends_with_130(checkpoint):
+    """A pseudo-terminal as standard input: "> " on standard error before each line is read,
+    and SIGINT (Ctrl-C) at the prompt ends the command with status 130."""
+    import pty
+    import signal
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "minitransformer", "translate",
+                                "--checkpoint", str(checkpoint)], stdin=terminal,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    os.close(terminal)
+    try:
+        assert read_bytes(process.stderr, 2) == b"> "
+        os.write(controller, b"ka lo\n")
+        assert read_line(process.stdout).strip()
+        assert read_bytes(process.stderr, 2) == b"> "  # the next prompt: waiting for a line
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 130
+    finally:
+        process.kill()
+        os.close(controller)
 
 
 def test_a_whole_file_piped_in_gives_what_input_gives(checkpoint, tmp_path, capsys):
