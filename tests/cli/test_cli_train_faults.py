@@ -23,6 +23,14 @@ from minitransformer.translation.training import Trainer
 FULL = Path("/dev/full")  # every write to it fails with ENOSPC, as on a full disk (Linux)
 
 
+def steps_logged(run):
+    """How many steps the log of a running run holds (whole lines only: the last one may be
+    in the middle of being written)."""
+    log = run / "log.jsonl"
+    lines = log.read_text().split("\n")[:-1] if log.exists() else []
+    return sum('"loss"' in line for line in lines)
+
+
 def losses(run):
     lines = (run / "log.jsonl").read_text().splitlines()
     return {r["step"]: r["loss"] for r in map(json.loads, lines) if "loss" in r}
@@ -121,7 +129,7 @@ def test_sigterm_from_another_process_stops_the_command_with_status_143(corpus, 
         env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         deadline = time.monotonic() + 60
-        while not ((run / "log.jsonl").exists() and len(losses(run)) >= 3):
+        while steps_logged(run) < 3:
             assert child.poll() is None, f"the run ended early: {child.communicate()}"
             assert time.monotonic() < deadline, "the run never reached step 3"
             time.sleep(0.05)

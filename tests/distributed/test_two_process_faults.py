@@ -65,6 +65,14 @@ def train(corpus, run, *options):
             "--out", str(run), *options]
 
 
+def steps_logged(run):
+    """How many steps the log of a running run holds (whole lines only: the last one may be
+    in the middle of being written)."""
+    log = run / "log.jsonl"
+    lines = log.read_text().split("\n")[:-1] if log.exists() else []
+    return sum('"loss"' in line for line in lines)
+
+
 def losses(run):
     lines = (run / "log.jsonl").read_text().splitlines()
     return {r["step"]: r["loss"] for r in map(json.loads, lines) if "loss" in r}
@@ -82,7 +90,7 @@ def terminated(command, run, pid_of):
                              text=True, env=ENV)
     try:
         deadline = time.monotonic() + LIMIT
-        while not ((run / "log.jsonl").exists() and len(losses(run)) >= 3):
+        while steps_logged(run) < 3:
             assert child.poll() is None, f"the run ended early: {child.communicate()}"
             assert time.monotonic() < deadline, "the run never reached step 3"
             time.sleep(0.05)
