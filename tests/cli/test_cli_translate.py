@@ -10,7 +10,6 @@ import select
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -336,20 +335,30 @@ def test_a_whole_file_piped_in_gives_what_input_gives(checkpoint, tmp_path, caps
 
 
 def test_lines_are_handed_on_when_the_input_pauses():
+    """The writer waits until the lines it wrote were handed on before writing more: each
+    pause gives a batch of what had come, a line without its newline waits for the rest."""
     read_end, write_end = os.pipe()
+    handed_on = threading.Event()
 
     def writer():
-        for chunk, pause in ((b"one\n", 0.3), (b"two\nthr", 0.3), (b"ee\nfour", 0.0)):
+        for chunk in (b"one\n", b"two\nthr"):
             os.write(write_end, chunk)
-            time.sleep(pause)
+            assert handed_on.wait(60)
+            handed_on.clear()
+        os.write(write_end, b"ee\nfour")
         os.close(write_end)
 
     thread = threading.Thread(target=writer)
     thread.start()
+    batches = []
     with os.fdopen(read_end, "rb") as stream:
-        batches = list(lines_as_they_come(stream))
+        for batch in lines_as_they_come(stream):
+            batches.append(batch)
+            handed_on.set()
     thread.join()
-    assert batches == [[b"one"], [b"two"], [b"three", b"four"]]
+    assert batches[:2] == [[b"one"], [b"two"]]
+    # "four" comes without a newline: it ends the input, with "three" or after it
+    assert batches[2:] in ([[b"three", b"four"]], [[b"three"], [b"four"]])
 
 
 def test_a_regular_file_as_standard_input_is_read_whole(checkpoint, capsys, monkeypatch):
