@@ -5,7 +5,9 @@ each translation when its line is complete, not at the end of the input. So the 
 as it comes (``os.read`` of whatever is there, never waiting for more than is needed), and the
 complete lines are handed on, all of them at once, as soon as the input pauses: a line typed
 alone is translated alone, and a whole file piped in keeps arriving faster than it can be
-read, so its lines are read to the end first and decoded in batches as large as a file's.
+read, so its lines are handed on ``max_lines`` at a time (some thousands: many batches, which
+are then as large and as evenly sorted by length as a file's), and a stream of any length is
+translated in bounded memory.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ def arrives_over_time(stream: BinaryIO) -> bool:
     return stream.isatty() or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
-def lines_as_they_come(stream: BinaryIO, prompt: str | None = None) -> Iterator[list[bytes]]:
+def lines_as_they_come(stream: BinaryIO, prompt: str | None = None,
+                       max_lines: int = 4096) -> Iterator[list[bytes]]:
     """Lists of the complete lines (without their newline) that ``stream`` holds each time
-    its input pauses, the last line included at the end even without a newline. ``prompt``,
-    if given, is written to standard error whenever every line so far has been handed on."""
+    its input pauses or once ``max_lines`` of them have come, the last line included at the
+    end even without a newline. ``prompt``, if given, is written to standard error whenever
+    every line so far has been handed on."""
     fd = stream.fileno()
     pending: list[bytes] = []  # complete lines not yet handed on
     partial = b""              # the start of a line whose newline has not come
@@ -43,7 +47,7 @@ def lines_as_they_come(stream: BinaryIO, prompt: str | None = None) -> Iterator[
             sys.stderr.flush()
         # wait for input only when there is nothing to hand on; else just look
         ready, _, _ = select.select([fd], [], [], None if not pending else 0)
-        if not ready:  # the input paused: hand on what came
+        if not ready or len(pending) >= max_lines:  # the input paused, or enough came
             yield pending
             pending = []
             continue

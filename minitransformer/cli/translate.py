@@ -146,7 +146,9 @@ def run_translate(args: argparse.Namespace) -> int:
     prompt = "> " if sys.stdin.isatty() else None
     first, status = 0, 0
     try:
-        for lines in lines_as_they_come(sys.stdin.buffer, prompt):
+        # a stream keeps coming: hand it on in many batches at a time, memory bounded
+        max_lines = max(4096, 16 * (args.batch_size or 0))
+        for lines in lines_as_they_come(sys.stdin.buffer, prompt, max_lines):
             sentences = []
             for number, line in enumerate(lines, first + 1):
                 try:

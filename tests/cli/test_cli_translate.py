@@ -361,6 +361,26 @@ def test_lines_are_handed_on_when_the_input_pauses():
     assert batches[2:] in ([[b"three", b"four"]], [[b"three"], [b"four"]])
 
 
+def test_a_stream_that_keeps_coming_is_handed_on_in_bounded_pieces():
+    """A long stream that never pauses is handed on about ``max_lines`` at a time (at most
+    one read's worth more), not held until its end: memory stays bounded."""
+    read_end, write_end = os.pipe()
+    lines = [b"%099d" % i for i in range(5000)]                          # 100 bytes a line
+
+    def writer():
+        with os.fdopen(write_end, "wb") as stream:
+            stream.write(b"\n".join(lines) + b"\n")
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    with os.fdopen(read_end, "rb") as stream:
+        batches = list(lines_as_they_come(stream, max_lines=1000))
+    thread.join()
+    assert [line for batch in batches for line in batch] == lines
+    assert len(batches) >= 4
+    assert max(map(len, batches)) <= 1000 + (1 << 16) // 100 + 1
+
+
 def test_a_regular_file_as_standard_input_is_read_whole(checkpoint, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ka lo\n\nmi\n")))
     status, out, _ = translate_cli(capsys, checkpoint)
