@@ -7,7 +7,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .values import at_least, positive_float, vocabulary_size
+from .values import at_least, between, positive_float, vocabulary_size
+
+# plot model traces a real forward pass: 4 × (512 + 512) tokens of the `big` model took 10 s
+# and 2.5 GB on a 2-core Xeon, 16 × (512 + 512) took 30 s and 7 GB
+PICTURE_TOKENS = 4096
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -27,7 +31,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     m.add_argument("--config", default="small", help="tiny, small, base or big (default small)")
     m.add_argument("--vocab-size", type=vocabulary_size, default=37000,
                    help="shared vocabulary size (default 37000, as `info`)")
-    m.add_argument("--batch", type=at_least(1), default=2, help="sentences B (default 2)")
+    m.add_argument("--batch", type=between(1, 64), default=2,
+                   help="sentences B (default 2, at most 64)")
     m.add_argument("--src-len", type=at_least(1), default=7,
                    help="source length S (default 7)")
     m.add_argument("--tgt-len", type=at_least(1), default=6,
@@ -49,8 +54,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     a.set_defaults(run=run_attention)
 
     e = which.add_parser("positions", help="the sinusoidal positional-encoding table")
-    e.add_argument("--d-model", type=at_least(1), default=64, help="dimensions (default 64)")
-    e.add_argument("--length", type=at_least(1), default=100, help="positions (default 100)")
+    e.add_argument("--d-model", type=between(1, 4096), default=64,
+                   help="dimensions (default 64, at most 4,096)")
+    e.add_argument("--length", type=between(1, 10_000), default=100,
+                   help="positions (default 100, at most 10,000)")
     e.add_argument("--out", type=picture_file, default="positions.png")
     e.set_defaults(run=run_positions)
 
@@ -59,8 +66,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     s.add_argument("--warmup", type=at_least(1), default=4000, help="warmup steps (default 4000)")
     s.add_argument("--scale", type=positive_float, default=1.0,
                    help="factor on the rate (default 1.0)")
-    s.add_argument("--steps", type=at_least(1), default=20000,
-                   help="steps drawn (default 20000)")
+    s.add_argument("--steps", type=between(1, 1_000_000), default=20000,
+                   help="steps drawn (default 20000, at most 1,000,000)")
     s.add_argument("--out", type=picture_file, default="schedule.png")
     s.set_defaults(run=run_schedule)
 
@@ -108,6 +115,13 @@ def run_model(args: argparse.Namespace) -> int:
         print(f"minitransformer plot model: a length of {longest} is longer than the model's "
               f"positional table ({config.max_len} positions); give --src-len and --tgt-len of "
               f"at most {config.max_len}.", file=sys.stderr)
+        return 2
+    tokens = args.batch * (args.src_len + args.tgt_len)
+    if tokens > PICTURE_TOKENS:  # the picture is drawn from a real forward pass
+        print(f"minitransformer plot model: a batch of {args.batch} × ({args.src_len} + "
+              f"{args.tgt_len}) = {tokens:,} tokens is more than the {PICTURE_TOKENS:,} a "
+              "picture's forward pass takes (its shapes are labels); give a smaller --batch, "
+              "--src-len or --tgt-len.", file=sys.stderr)
         return 2
     _matplotlib()
     try:

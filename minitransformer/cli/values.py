@@ -31,6 +31,18 @@ def at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
+def between(low: int, high: int) -> Callable[[str], int]:
+    """A whole number from ``low`` to ``high``: for sizes whose work or memory grows with
+    them, where a larger value would run for hours or allocate what no machine has."""
+    def parse(text: str) -> int:
+        value = _number(text, int)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high:,}, "
+                                             f"got {value}")
+        return value
+    return parse
+
+
 def finite_float(text: str) -> float:
     """Any finite number (nan or inf would go through every comparison unnoticed)."""
     return _number(text, float)

@@ -102,6 +102,9 @@ def test_model_passes_its_arguments_to_the_library(monkeypatch, tmp_path):
     (["--config", "huge"], "unknown configuration 'huge'; choose one of tiny, small, base, big."),
     (["--src-len", "2000"], "a length of 2000 is longer than the model's positional table "
                             "(1024 positions)"),
+    (["--batch", "8", "--src-len", "500", "--tgt-len", "100"],
+     "a batch of 8 × (500 + 100) = 4,800 tokens is more than the 4,096 a picture's forward "
+     "pass takes (its shapes are labels); give a smaller --batch, --src-len or --tgt-len."),
 ])
 def test_a_model_that_cannot_be_drawn_is_explained(argv, message, capsys, tmp_path):
     assert cli.main(["plot", "model", *argv, "--out", str(tmp_path / "m.png")]) == 2
@@ -155,13 +158,24 @@ def test_a_log_that_is_not_text_is_explained(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["positions", "--length", "0"], "argument --length: must be a whole number of at least 1"),
-    (["positions", "--d-model", "-3"], "argument --d-model: must be a whole number of at least"),
+    (["positions", "--length", "0"], "argument --length: must be a whole number from 1 to "
+                                     "10,000, got 0"),
+    (["positions", "--d-model", "-3"], "argument --d-model: must be a whole number from 1 to "
+                                       "4,096, got -3"),
     (["schedule", "--warmup", "0"], "argument --warmup: must be a whole number of at least 1"),
     (["schedule", "--d-model", "0"], "argument --d-model: must be a whole number of at least 1"),
-    (["schedule", "--steps", "-5"], "argument --steps: must be a whole number of at least 1"),
+    (["schedule", "--steps", "-5"], "argument --steps: must be a whole number from 1 to "
+                                    "1,000,000, got -5"),
+    (["schedule", "--steps", "10000000"], "argument --steps: must be a whole number from 1 to "
+                                          "1,000,000, got 10000000"),
+    (["positions", "--length", "10001"], "argument --length: must be a whole number from 1 to "
+                                         "10,000, got 10001"),
+    (["positions", "--d-model", "5000"], "argument --d-model: must be a whole number from 1 "
+                                         "to 4,096, got 5000"),
+    (["model", "--batch", "151051"], "argument --batch: must be a whole number from 1 to 64, "
+                                     "got 151051"),
     (["schedule", "--scale", "0"], "argument --scale: must be greater than 0"),
-    (["model", "--batch", "0"], "argument --batch: must be a whole number of at least 1"),
+    (["model", "--batch", "0"], "argument --batch: must be a whole number from 1 to 64"),
     (["model", "--src-len", "0"], "argument --src-len: must be a whole number of at least 1"),
     (["model", "--vocab-size", "3"], "argument --vocab-size: must be a whole number from 6"),
 ])
