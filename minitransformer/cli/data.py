@@ -34,12 +34,18 @@ def run_multi30k(args: argparse.Namespace) -> int:
     """Exit status 2 for a --dest or --base-url that cannot work (the input), 1 for a download
     that failed (the network, or a server whose file does not verify: retrying may help)."""
     from pathlib import Path
+    from urllib.parse import urlsplit
 
     from ..data.errors import DataError
     from ..data.multi30k import DEFAULT_BASE_URL, download_multi30k
 
     base_url = args.base_url or DEFAULT_BASE_URL
-    if not base_url.startswith(("http://", "https://")):
+    try:
+        parts = urlsplit(base_url)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # "http://[::1": an address that cannot be parsed
+        valid = False
+    if not valid:
         print(f"minitransformer data multi30k: --base-url {base_url} is not an http:// or "
               "https:// address; give the URL of a folder that holds the six .gz files.",
               file=sys.stderr)

@@ -3,6 +3,8 @@
 
 import socket
 
+import pytest
+
 from minitransformer import cli
 
 
@@ -29,8 +31,12 @@ def test_a_dest_that_cannot_be_written_exits_with_status_2(tmp_path, capsys):
     assert "cannot write into --dest" in capsys.readouterr().err
 
 
-def test_a_base_url_that_is_not_http_exits_with_status_2(tmp_path, capsys):
+@pytest.mark.parametrize("url", ["127.0.0.1/raw/", "http://[::1", "https:///raw/",
+                                 "ftp://example.org/raw/"])
+def test_a_base_url_that_is_not_http_exits_with_status_2(tmp_path, capsys, url):
+    """http://[::1 (an address that cannot be parsed) ended in urllib's ValueError."""
     assert cli.main(["data", "multi30k", "--dest", str(tmp_path / "m"), "--base-url",
-                     "127.0.0.1/raw/"]) == 2
-    assert "is not an http:// or https:// address" in capsys.readouterr().err
+                     url]) == 2
+    assert (f"--base-url {url} is not an http:// or https:// address"
+            in capsys.readouterr().err)
     assert not (tmp_path / "m").exists()
