@@ -282,18 +282,49 @@ def _running(pid: int) -> bool:
 
 def average_checkpoints(paths: list[str | Path]) -> Checkpoint:
     """The parameter-wise mean of several checkpoints of one model (§6.1: "we used a single
-    model obtained by averaging the last 5 checkpoints"). Metadata comes from the last."""
+    model obtained by averaging the last 5 checkpoints"). Metadata comes from the last.
+
+    The checkpoints are read one at a time into float64 sums, so the memory needed is that
+    of the largest checkpoint and of the sums, however many are averaged; it is estimated
+    from the archives' directories first (``memory.averaging_bytes``) and a job that would
+    not fit is refused (``memory.MemoryLimitError``) before anything is read. The sums are
+    taken in the order of ``paths`` and divided once, as ``numpy.mean`` over the stacked
+    parameters does, so the mean is the same to the last bit."""
+    from . import memory
+
     if not paths:
         raise CheckpointError("average_checkpoints needs at least one checkpoint.")
-    checkpoints = [load_checkpoint(p) for p in paths]
-    last = checkpoints[-1]
-    for path, ckpt in zip(paths, checkpoints, strict=True):
-        if ckpt.config != last.config:
+    memory.check(memory.averaging_bytes(paths), memory.available_memory("cpu"),
+                 f"averaging {len(paths)} checkpoint{'s' * (len(paths) > 1)}",
+                 f"{memory.free_some()} (they are read one at a time, so averaging fewer "
+                 "would not help)")
+    sums: dict[str, np.ndarray] = {}
+    dtypes: dict[str, np.dtype] = {}
+    config = None
+    for path in paths:
+        checkpoint = load_checkpoint(path)
+        if config is None:
+            config = checkpoint.config
+            sums = {name: value.astype(np.float64)
+                    for name, value in checkpoint.model_state.items()}
+            dtypes = {name: value.dtype for name, value in checkpoint.model_state.items()}
+        elif checkpoint.config != config:
             raise CheckpointError(f"cannot average {path}: its model configuration differs "
-                                  f"from {paths[-1]}'s.")
-    averaged = {name: np.mean([c.model_state[name] for c in checkpoints], axis=0,
-                              dtype=np.float64).astype(value.dtype)
-                for name, value in last.model_state.items()}
+                                  f"from {paths[0]}'s.")
+        elif checkpoint.model_state.keys() != sums.keys():
+            different = sorted(checkpoint.model_state.keys() ^ sums.keys())[0]
+            raise CheckpointError(f"cannot average {path}: its parameters differ from "
+                                  f"{paths[0]}'s (first {different}); the file is damaged or "
+                                  "was not written by save_checkpoint.")
+        else:
+            for name, value in checkpoint.model_state.items():
+                np.add(sums[name], value, out=sums[name])  # float64 += float32, in place
+        last = Checkpoint(checkpoint.config, {}, None, checkpoint.tokenizer_bytes,
+                          checkpoint.state)
+        del checkpoint  # its arrays go before the next file is read
+    averaged = {}
+    for name in list(sums):  # each sum freed as its mean is made
+        averaged[name] = (sums.pop(name) / len(paths)).astype(dtypes[name])
     state = dict(last.state, averaged_from=[str(p) for p in paths])
     return Checkpoint(last.config, averaged, None, last.tokenizer_bytes, state)
 
