@@ -105,7 +105,8 @@ def run_translate(args: argparse.Namespace) -> int:
     from ..data.parallel import read_lines
     from ..translation.alignment import check_layer
     from ..translation.checkpoint import CheckpointError
-    from ..translation.translator import load_translator
+    from ..translation.memory import MemoryLimitError
+    from ..translation.translator import beam_problem, load_translator
     from .live import arrives_over_time, lines_as_they_come
 
     problem = _translate_options_problem(args)
@@ -114,6 +115,8 @@ def run_translate(args: argparse.Namespace) -> int:
         return 2
     try:
         model, tokenizer = load_translator(args.checkpoint)
+        if beam_problem(model, args.beam):
+            raise DataError(beam_problem(model, args.beam))
         if args.alignment:
             try:
                 check_layer(model, -1 if args.alignment_layer is None else args.alignment_layer)
@@ -140,6 +143,9 @@ def run_translate(args: argparse.Namespace) -> int:
     if not live:
         try:
             out.write(_translations(model, tokenizer, batches[0], args, 0))
+        except MemoryLimitError as exc:  # not even one sentence fits (a smaller batch would)
+            print(f"minitransformer translate: {exc}", file=sys.stderr)
+            return 2
         finally:
             out.close()
         return out.status
@@ -164,6 +170,9 @@ def run_translate(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # Ctrl-C at the prompt: the translations so far are out
         print(file=sys.stderr)
         return 130
+    except MemoryLimitError as exc:
+        print(f"minitransformer translate: {exc}", file=sys.stderr)
+        return 2
     finally:
         out.close()
     return max(status, out.status)
@@ -259,8 +268,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from ..data.parallel import read_parallel
     from ..translation.checkpoint import CheckpointError
     from ..translation.corpus import load_corpus
+    from ..translation.memory import MemoryLimitError
     from ..translation.scoring import score
-    from ..translation.translator import load_translator_and_languages
+    from ..translation.translator import beam_problem, load_translator_and_languages
 
     contradiction = _contradicting_options(args)
     if contradiction:
@@ -276,6 +286,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return 2
     try:
         model, tokenizer, trained = load_translator_and_languages(args.checkpoint)
+        if beam_problem(model, args.beam):
+            raise DataError(beam_problem(model, args.beam))
         if args.data:
             split = args.split or "test"
             corpus = load_corpus(args.data, *_direction(args, trained), splits=[split])
@@ -286,8 +298,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
     except (CheckpointError, DataError) as exc:
         print(f"minitransformer evaluate: {exc}", file=sys.stderr)
         return 2
-    result = score(model, tokenizer, pairs, args.beam, args.length_penalty, args.output,
-                   args.batch_size, args.n_best)
+    try:
+        result = score(model, tokenizer, pairs, args.beam, args.length_penalty, args.output,
+                       args.batch_size, args.n_best)
+    except MemoryLimitError as exc:  # not even one sentence fits (a smaller batch would)
+        print(f"minitransformer evaluate: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(result, indent=1))
     else:

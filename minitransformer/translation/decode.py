@@ -332,6 +332,14 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
 
     With ``use_cache=False`` every step decodes the B·K whole prefixes again, and the beam
     reordering moves the prefixes instead of the cache (the same result, for benchmarks).
+
+    A beam wider than the target vocabulary V is searched as asked: the first step fills only
+    V of its places (one empty prefix, V tokens), later ones have K·V candidates, and a beam
+    wider than every step's candidates never prunes, an exhaustive search (the tests compare
+    it with brute force on a vocabulary of 6). Its memory grows with K: ``translate`` refuses
+    a beam wider than V, and estimates the memory of a search before it starts
+    (``memory.decoding_bytes``), lowering its batches to fit; this function decodes the batch
+    it is given.
     """
     if not _is_index(beam_size) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}.")

@@ -18,6 +18,12 @@ and 3.26 s in batches of 500 (bench/results/compare_torch.epyc.decoding-batch-si
 2-core AMD EPYC). The cap keeps the memory of a batch bounded on many cores: a beam-4 step of
 256 sentences holds (1024, V) logits (150 MB at V = 37,000) and, for the `base` model,
 self-attention caches of 25 MB per output token.
+
+Memory is estimated before it is spent (``memory.decoding_bytes``): when the batch holding
+the longest sentences would need more than is available, every batch is made smaller, to the
+largest size that fits, and a warning on standard error says so once, with the numbers; when
+not even that sentence alone fits, ``memory.MemoryLimitError`` says how much it needs, how
+much there is, and the widest beam that would fit. The translations are the same either way.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from typing import Any
 from .. import backend
 from ..data.tokenizer import Tokenizer
 from ..threads import get_num_threads
+from . import memory
 from .alignment import check_layer, cross_attention, hard_alignment, pharaoh, to_words
 from .checkpoint import CheckpointError, load_checkpoint, restore_model
 from .decode import Hypothesis, _is_index, beam_search, greedy_decode
@@ -91,14 +98,34 @@ def default_batch_size(model: Any) -> int:
     return min(SENTENCES_PER_THREAD * get_num_threads(), MAX_CPU_BATCH)
 
 
+def beam_problem(model: Any, beam_size: Any) -> str | None:
+    """Why ``beam_size`` cannot translate with ``model``, or None: a beam wider than the target
+    vocabulary has more places than the first step has continuations, and no translation
+    needs the exhaustive search such a beam becomes (``beam_search`` allows it, for that)."""
+    V = model.config.tgt_vocab_size
+    if _is_index(beam_size) and beam_size > V:
+        return (f"a beam of {beam_size} is wider than the model's target vocabulary of {V} "
+                f"pieces, more places than its first step can fill; give a beam of at most "
+                f"{V} (--beam).")
+    return None
+
+
+def _check_beam(model: Any, beam_size: Any) -> None:
+    problem = beam_problem(model, beam_size)
+    if problem:
+        raise ValueError(problem)
+
+
 def translate(model: Any, tokenizer: Any, sentences: list[str], beam_size: int = 1,
               length_penalty: float = 0.6, batch_size: int | None = None) -> list[str]:
     """Translations of ``sentences``, in order: greedy when ``beam_size`` is 1, else beam
-    search (§6.1: beam 4, length penalty 0.6, at most source length + 50 tokens). Sentences
-    are decoded in batches of similar length, ``batch_size`` at a time (default:
-    ``default_batch_size``); the translations do not depend on it."""
+    search (§6.1: beam 4, length penalty 0.6, at most source length + 50 tokens), which may
+    be at most the target vocabulary wide. Sentences are decoded in batches of similar
+    length, ``batch_size`` at a time (default: ``default_batch_size``), fewer where memory
+    is short (see above); the translations do not depend on it."""
+    _check_beam(model, beam_size)
     outputs = [""] * len(sentences)
-    for rows, src in _batches(model, tokenizer, sentences, batch_size):
+    for rows, src in _batches(model, tokenizer, sentences, batch_size, beam_size=beam_size):
         # each sentence's limit is its own length + 50, whatever its batch (decode.py)
         if beam_size == 1:
             ids = greedy_decode(model, src, tokenizer.bos_id, tokenizer.eos_id)
@@ -123,13 +150,16 @@ def translate_n_best(model: Any, tokenizer: Any, sentences: list[str], beam_size
     if beam_size == 1 and n_best != 1:
         raise ValueError(f"greedy decoding (beam size 1) keeps one hypothesis, so n_best "
                          f"must be 1, got {n_best!r}; use a beam of at least {n_best!r}.")
+    _check_beam(model, beam_size)
     if alignment_layer is not None:
         check_layer(model, alignment_layer)
     eos = tokenizer.eos_id
     found: list[list[Hypothesis]] = [[] for _ in sentences]
     weights: list[list[Any]] = [[] for _ in sentences]
     encoded: list[list[int]] = [[] for _ in sentences]
-    for rows, src in _batches(model, tokenizer, sentences, batch_size, encoded):
+    aligned = n_best if alignment_layer is not None else 0
+    for rows, src in _batches(model, tokenizer, sentences, batch_size, encoded, beam_size,
+                              aligned):
         if beam_size == 1:
             lists = greedy_decode(model, src, tokenizer.bos_id, eos, n_best=1,
                                   length_penalty=length_penalty)
@@ -170,10 +200,12 @@ def _translation(tokenizer: Any, sentence: str, src_ids: list[int], hyps: list[H
 
 
 def _batches(model: Any, tokenizer: Any, sentences: list[str], batch_size: int | None,
-             encoded: list[list[int]] | None = None) -> Iterator[tuple[list[int], list]]:
+             encoded: list[list[int]] | None = None, beam_size: int = 1,
+             aligned: int = 0) -> Iterator[tuple[list[int], list]]:
     """The non-empty sentences tokenized (cut to the model's longest input, with a warning),
-    sorted by length and padded into batches of ``batch_size``: (their indices, their ids).
-    ``encoded``, when given, receives every sentence's ids."""
+    sorted by length and padded into batches of ``batch_size``, or fewer where decoding them
+    with ``beam_size`` (and aligning ``aligned`` hypotheses of each) would not fit in memory:
+    (their indices, their ids). ``encoded``, when given, receives every sentence's ids."""
     if batch_size is None:
         batch_size = default_batch_size(model)
     elif not _is_index(batch_size) or batch_size < 1:
@@ -189,11 +221,53 @@ def _batches(model: Any, tokenizer: Any, sentences: list[str], batch_size: int |
             ids = ids[: max_len - 1]
         encoded[n] = ids
     order = sorted((i for i, ids in enumerate(encoded) if ids), key=lambda i: len(encoded[i]))
+    if order:
+        batch_size = _fitting_batch_size(model, len(encoded[order[-1]]), len(order),
+                                         batch_size, beam_size, aligned)
     pad = model.config.pad_id
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
         width = max(len(encoded[i]) for i in rows)
         yield rows, [[*encoded[i], *[pad] * (width - len(encoded[i]))] for i in rows]
+
+
+def _fitting_batch_size(model: Any, longest: int, n: int, batch_size: int, beam_size: int,
+                        aligned: int) -> int:
+    """``batch_size``, or the largest smaller size whose batch of the ``longest`` sentences
+    (of ``n``) decodes in the memory available, saying so on standard error; a
+    MemoryLimitError when that sentence alone does not fit. The batch that holds the longest
+    sentence needs the most: its width and output limit (its length + 50) are the largest."""
+    parameter = next(iter(model.parameters())).data
+    device = backend.device_of(parameter)
+    available = memory.available_memory(device)
+    config, f = model.config, parameter.dtype.itemsize
+    L = min(longest + 50, config.max_len)
+
+    def need(b: int) -> int:
+        return memory.decoding_bytes(config, b, longest, L, beam_size, b * aligned, f,
+                                     gpu=device == "cuda")
+
+    wanted = min(batch_size, n)
+    if available is None or need(wanted) <= available:
+        return batch_size
+    search = f"with beam {beam_size}" if beam_size > 1 else "greedily"
+    if aligned:
+        search += " and aligning their hypotheses"
+    if need(1) > available:
+        widest = memory.largest_beam(config, longest, L, available, f) if not aligned else 0
+        fix = (f"give a beam of {widest} or less (--beam {widest})" if 1 <= widest < beam_size
+               else memory.free_some() + (", or leave out the alignments" if aligned else ""))
+        memory.check(need(1), available, f"decoding a sentence of {longest} tokens {search}",
+                     fix, device)
+    low, high = 1, wanted - 1  # need(low) fits, need(wanted) does not
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if need(mid) <= available else (low, mid - 1)
+    print(f"warning: decoding {wanted} sentences at a time {search} would need about "
+          f"{memory.format_bytes(need(wanted))} of memory, more than the "
+          f"{memory.format_bytes(available)} available ({memory.describe_available(device)}), so "
+          f"they are decoded {low} at a time (--batch-size sets it).", file=sys.stderr)
+    return low
 
 
 def load_translator(path: str | Path) -> tuple[Any, Any]:
