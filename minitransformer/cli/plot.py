@@ -101,6 +101,14 @@ def _matplotlib() -> None:
     matplotlib.use("Agg")  # files only: no window needed
 
 
+def _close(figure: Any) -> None:
+    """Let go of a figure once written: a program that runs the command many times (a
+    notebook, a test) would otherwise keep every figure open."""
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+
+
 def run_model(args: argparse.Namespace) -> int:
     from .. import viz
     from ..nn import NAMED_CONFIGS, TransformerConfig
@@ -175,10 +183,10 @@ def run_attention(args: argparse.Namespace) -> int:
         generated = [*out_ids, *[tokenizer.eos_id] * (best.finished and len(best.tokens) <= 40)]
         [weights] = cross_attention(model, [src_ids], [generated], tokenizer.bos_id, args.layer)
         output = [tokenizer.id_to_piece(i) for i in generated]
-        viz.attention_heads(weights, output, source, average=True,
+        _close(viz.attention_heads(weights, output, source, average=True,
                             title=f"cross-attention, layer {args.layer % len(stack)} of "
                                   f"{len(stack)}: each generated token (row) looks at the "
-                                  "source (columns)", path=args.out)
+                                  "source (columns)", path=args.out))
         print(f"wrote {args.out}")
         return 0
     attention.record_weights = True
@@ -187,9 +195,9 @@ def run_attention(args: argparse.Namespace) -> int:
     attention.record_weights = False
     output = ["<s>", *(tokenizer.id_to_piece(i) for i in out_ids)]
     queries, keys = {"encoder": (source, source), "decoder": (output, output)}[args.kind]
-    viz.attention_heads(attention.weights.numpy()[0], queries, keys,
+    _close(viz.attention_heads(attention.weights.numpy()[0], queries, keys,
                         title=f"{args.kind} attention, layer {args.layer % len(stack)} of "
-                              f"{len(stack)}: rows look at columns", path=args.out)
+                              f"{len(stack)}: rows look at columns", path=args.out))
     print(f"wrote {args.out}")
     return 0
 
@@ -198,7 +206,7 @@ def run_positions(args: argparse.Namespace) -> int:
     from .. import viz
 
     _matplotlib()
-    viz.positional_encoding(args.d_model, args.length, path=args.out)
+    _close(viz.positional_encoding(args.d_model, args.length, path=args.out))
     print(f"wrote {args.out}")
     return 0
 
@@ -210,8 +218,8 @@ def run_schedule(args: argparse.Namespace) -> int:
     _matplotlib()
     rates = [noam_rate(step, args.d_model, args.warmup, args.scale)
              for step in range(1, args.steps + 1)]
-    viz.schedule(rates, title=f"d_model {args.d_model}, warmup {args.warmup}, scale "
-                              f"{args.scale}", path=args.out)
+    _close(viz.schedule(rates, title=f"d_model {args.d_model}, warmup {args.warmup}, scale "
+                              f"{args.scale}", path=args.out))
     print(f"wrote {args.out}")
     return 0
 
@@ -228,7 +236,7 @@ def run_curves(args: argparse.Namespace) -> int:
         print(f"minitransformer plot curves: {problem}", file=sys.stderr)
         return 2
     _matplotlib()
-    viz.training_curves(args.log, path=args.out)
+    _close(viz.training_curves(args.log, path=args.out))
     print(f"wrote {args.out}")
     return 0
 
@@ -286,6 +294,6 @@ def run_gradcheck(args: argparse.Namespace) -> int:
         print(f"minitransformer plot gradcheck: no case name contains {args.filter!r}.",
               file=sys.stderr)
         return 2
-    viz.gradcheck_errors(rows, path=args.out)
+    _close(viz.gradcheck_errors(rows, path=args.out))
     print(f"wrote {args.out}")
     return 0
