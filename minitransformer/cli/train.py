@@ -159,6 +159,7 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
     from ..nn import Transformer, TransformerConfig
     from ..translation.checkpoint import CheckpointError, load_checkpoint
     from ..translation.corpus import check_max_len, load_corpus, prepare_corpus
+    from ..translation.memory import MemoryLimitError
     from ..translation.scoring import score_test_set
     from ..translation.training import (
         RunWriteError,
@@ -166,7 +167,9 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
         Trainer,
         TrainingError,
         TrainingStopped,
+        check_training_memory,
     )
+    from ..translation.translator import beam_problem
 
     name = ("minitransformer train" if comm.size == 1
             else f"minitransformer train (rank {comm.rank} of {comm.size})")
@@ -225,6 +228,14 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
             overrides["p_dropout"] = args.dropout
         manual_seed(args.seed)
         config = TransformerConfig.named(pick("config"), tokenizer.vocab_size, **overrides)
+        if beam_problem(config.tgt_vocab_size, args.beam):  # found now, not after training
+            raise ValueError(beam_problem(config.tgt_vocab_size, args.beam))
+        # before the model is built: parameters, Adam, the largest step, validation,
+        # averaging, and translating the longest test sentence with --beam (rank 0's)
+        longest = max((len(tokenizer.encode(s)) for s, _ in corpus.test), default=0)
+        check_training_memory(config, train_config, data, len(tokenizer.to_bytes()),
+                              final_beam=args.beam if main else None,
+                              final_source_len=longest)
         model = Transformer(config)
         trainer = Trainer(model, tokenizer, data, train_config, out, comm)
         if args.resume:  # before run.json is written: a refused resume changes nothing
@@ -258,7 +269,7 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
     try:
         with _stop_on_sigterm(trainer):
             trainer.fit()
-    except RunWriteError as exc:  # rank 0 alone: the other processes wait in a step
+    except (RunWriteError, MemoryLimitError) as exc:  # the other processes would wait
         print(f"{name}: {exc}", file=sys.stderr)
         if comm.size > 1:
             comm.abort(1)
@@ -286,6 +297,10 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
     try:
         results = score_test_set(final, corpus.test, args.beam, out)
         (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    except MemoryLimitError as exc:  # memory taken since the check at the start
+        print(f"{name}: {str(exc).rstrip('.')}, then score {final} with evaluate.",
+              file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"{name}: could not write the test set's translations or scores in {out} "
               f"({exc.strerror or exc}); the final model is {final}: free some space, or make "
@@ -297,11 +312,16 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
 def _train_share(trainer: Trainer, name: str) -> int:
     """A process other than rank 0: train its share, and leave the files and the test set
     to rank 0."""
+    from ..translation.memory import MemoryLimitError
     from ..translation.training import TrainingError, TrainingStopped
 
     try:
         with _stop_on_sigterm(trainer):
             trainer.fit()
+    except MemoryLimitError as exc:  # this process alone: the others would wait for it
+        print(f"{name}: {exc}", file=sys.stderr)
+        trainer.comm.abort(1)
+        return 1
     except TrainingError:  # every process sees the same loss: rank 0 says it
         return 1
     except TrainingStopped:  # every process stops after the same step: rank 0 says it

@@ -115,8 +115,8 @@ def run_translate(args: argparse.Namespace) -> int:
         return 2
     try:
         model, tokenizer = load_translator(args.checkpoint)
-        if beam_problem(model, args.beam):
-            raise DataError(beam_problem(model, args.beam))
+        if beam_problem(model.config.tgt_vocab_size, args.beam):
+            raise DataError(beam_problem(model.config.tgt_vocab_size, args.beam))
         if args.alignment:
             try:
                 check_layer(model, -1 if args.alignment_layer is None else args.alignment_layer)
@@ -286,8 +286,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return 2
     try:
         model, tokenizer, trained = load_translator_and_languages(args.checkpoint)
-        if beam_problem(model, args.beam):
-            raise DataError(beam_problem(model, args.beam))
+        if beam_problem(model.config.tgt_vocab_size, args.beam):
+            raise DataError(beam_problem(model.config.tgt_vocab_size, args.beam))
         if args.data:
             split = args.split or "test"
             corpus = load_corpus(args.data, *_direction(args, trained), splits=[split])

@@ -86,7 +86,7 @@ from .decode import MIN_SHARE
 ENVIRONMENT_VARIABLE = "MINITRANSFORMER_MEMORY_LIMIT"
 UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 PYTHON_TOKEN = 70  # bytes of a token in a Python list of ids and one of log-probabilities
-BLOCK_SCRATCH = 2**20  # per-block temporaries of the kernels run on worker threads
+BLOCK_SCRATCH = 2**18  # small arrays and Python objects besides those counted
 
 
 class MemoryLimitError(ValueError):
@@ -205,7 +205,8 @@ def decoding_bytes(config: Any, batch: int, source_len: int, output_len: int,
                      config.tgt_vocab_size)
     rows = B * K
     model = 2 * config.max_len * C * f + shares * N * 3 * (C + 1) * C * f  # tables, weights
-    encoder = _encoder_pass(config, B, S, f)
+    # the encoder's pass, or making a positional table (in float64) at the first use
+    encoder = max(_encoder_pass(config, B, S, f), 3 * config.max_len * C * 8)
     # kept through the search: memory, cross-attention keys and values, self-attention
     # caches, hypotheses (twice while concatenated)
     kept = (B * S * C * f + 2 * N * B * S * C * f + 2 * N * rows * L * C * f
@@ -223,6 +224,8 @@ def decoding_bytes(config: Any, batch: int, source_len: int, output_len: int,
         groups = min(V, max(n_cand, V // 64))
         width = -(-V // groups)
         choose = B * (K * groups * (2 * f + 8) + n_cand * width * (3 * 8 + 1 + 3 * f))
+        # its first pass runs on blocks of about 2 MiB of logits, two temporaries each
+        choose += 2 * min(logits, 2 * 2**20 * (1 if gpu else _blocks.WORKERS))
         final = rows * L * PYTHON_TOKEN
     workspace = _kept(B * S * F * f, B * S * 3 * C * f, rows * F * f)
     peak = model + workspace + max(encoder, kept + logits + max(layer, choose, final))
@@ -230,7 +233,8 @@ def decoding_bytes(config: Any, batch: int, source_len: int, output_len: int,
         A, T = alignments, L
         teacher = (A * S * C * f + N * (3 * T + 2 * S) * A * C * f  # memory, caches (q too)
                    + A * H * T * S * f + 2 * A * T * C * f          # weights, input, output
-                   + max(A * T * (H * max(T, S) + F + 6 * C) * f, A * T * V * f)
+                   + max(A * T * (H * max(T, S) + 2 * C) * f,       # a layer's attention,
+                         A * T * (F + 2 * C) * f, A * T * V * f)    # its FFN, the logits
                    + _kept(A * T * F * f) + A * (S + T) * 8)
         peak = max(peak, model + teacher + rows * L * PYTHON_TOKEN)
     return peak + BLOCK_SCRATCH
@@ -320,7 +324,8 @@ def training_peak(config: Any, shapes: list[tuple[int, int, int]], itemsize: int
     P = parameter_count(config) * itemsize
     state = 4 * P + _largest_parameter(config) * itemsize
     step = max([step_bytes(config, *shape, itemsize) for shape in shapes]
-               + [validation_bytes(config, *shape, itemsize) for shape in valid_shapes])
+               + [validation_bytes(config, *shape, itemsize) for shape in valid_shapes]
+               + [0])
     checkpoint = 3 * P + tokenizer_bytes  # the model's and Adam's arrays, and the tokenizer
     return TrainingPeak(state, step, checkpoint + 2 * P)  # averaging: one read, and sums
 

@@ -36,7 +36,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ from ..distributed import (
     broadcast_parameters,
 )
 from ..optim import Adam, clip_grad_norm, noam_rate
+from . import memory
 from .checkpoint import (
     CheckpointError,
     average_checkpoints,
@@ -138,6 +139,79 @@ class TranslationData:
     tgt_lang: str | None = None
 
 
+def check_training_memory(model_config: Any, config: TrainConfig, data: TranslationData,
+                          tokenizer_bytes: int = 0, held: int = 0, device: str | None = None,
+                          final_beam: int | None = None, final_source_len: int = 0) -> None:
+    """Refuse a run whose peak memory would exceed what is available, before it allocates
+    more: parameters, gradients and Adam's moments, the largest step over the run's batches,
+    validation (its losses, and greedy decoding of the longest BLEU sentence), averaging the
+    last checkpoints, and with ``final_beam`` decoding a test sentence of
+    ``final_source_len`` tokens with that beam after training (``memory.py`` derives each).
+    ``held`` bytes the run holds already (a built model's parameters) count as available on
+    ``device``. The MemoryLimitError says how much is needed and available, and the largest
+    ``max_tokens`` that would fit, if any does."""
+    device = device or backend.current_device()
+    gpu, f = device == "cuda", backend.get_default_dtype().itemsize
+    P = memory.parameter_count(model_config) * f
+    decoding = []  # (sentence length, beam) decoded besides the model being trained
+    n = min(config.bleu_sentences, len(data.valid_sources), len(data.valid))
+    longest = model_config.max_len - 1
+    if n:
+        decoding.append((0, min(max(len(s) for s, _ in data.valid[:n]), longest), 1))
+    if final_beam:  # the final model is loaded beside the trained one
+        decoding.append((P, min(final_source_len, longest), final_beam))
+    after = max([extra + memory.decoding_bytes(
+        model_config, 1, S, min(S + 50, model_config.max_len), beam, 0, f, gpu)
+        for extra, S, beam in decoding] + [0])
+    available = memory.available_memory(device)
+    host = memory.available_memory("cpu") if gpu else None
+
+    def problem(max_tokens: int) -> tuple[int, int | None, str] | None:
+        """(need, available, where) of the first place that does not fit, or None."""
+        peak = memory.training_peak(model_config, _shapes(data.train, max_tokens), f,
+                                    tokenizer_bytes, _shapes(data.valid, max_tokens))
+        peak = replace(peak, step=max(peak.step, after))
+        on_device, on_host = peak.on(gpu)
+        if available is not None and on_device > available + held:
+            return on_device, available + held, device
+        if host is not None and on_host > host:
+            return on_host, host, "cpu"
+        return None
+
+    found = problem(config.max_tokens)
+    if found is None:
+        return
+    need, have, where = found
+    low, high = 0, config.max_tokens - 1  # the largest max_tokens that fits, 0 if none
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if problem(mid) is None else (low, mid - 1)
+    if low:
+        accumulate = config.accumulate * -(-config.max_tokens // low)
+        fix = (f"give --max-tokens {low} or less (with --accumulate {accumulate} for about as "
+               f"many tokens a step), or a smaller --config")
+    else:
+        fix = (f"even batches of one sentence pair would not fit, so choose a smaller --config "
+               f"(or drop long pairs with a lower --max-len), or {memory.free_some()}")
+    memory.check(need, have, f"training a model of {P // f:,} parameters on batches of "
+                 f"{config.max_tokens:,} tokens", fix, where)
+
+
+def _shapes(pairs: list[tuple[list[int], list[int]]], max_tokens: int
+            ) -> list[tuple[int, int, int]]:
+    """(B, S, T) of every batch that ``TokenBatcher(pairs, max_tokens)`` makes, as
+    ``make_batch`` pads them, without making them (none without pairs: the Trainer names
+    that problem)."""
+    if not pairs:
+        return []
+    lengths = [(max(len(s), 1), len(t) + 1) for s, t in pairs]
+    shapes = set()
+    for batch in TokenBatcher(pairs, max_tokens, shuffle=False).batches:
+        rows = [lengths[i] for i in batch.tolist()]
+        shapes.add((len(rows), max(s for s, _ in rows), max(t for _, t in rows)))
+    return sorted(shapes)
+
+
 class Trainer:
     def __init__(self, model: Any, tokenizer: Any, data: TranslationData, config: TrainConfig,
                  run_dir: str | Path, communicator: Communicator | None = None):
@@ -151,12 +225,16 @@ class Trainer:
                              "e.g. TransformerConfig.named(name, tokenizer.vocab_size).")
         self.run_dir = Path(run_dir)
         self.checkpoints = self.run_dir / "checkpoints"
-        self.optimizer = Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
         self.batcher = TokenBatcher(data.train, config.max_tokens, shuffle=True, seed=config.seed)
         if not data.valid:  # found now, not at the first validation, after training steps
             raise DataError("there are no validation pairs: the validation file is empty or "
                             "blank, or every pair has an empty side or is longer than the model "
                             "can encode; give a validation file with sentences in it.")
+        parameters = [p.data for p in model.parameters()]
+        check_training_memory(model.config, config, data, len(tokenizer.to_bytes()),
+                              held=sum(a.nbytes for a in parameters),
+                              device=backend.device_of(parameters[0]))
+        self.optimizer = Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
         self.state = {"step": 0, "epoch": 0, "batch": 0, "elapsed": 0.0, "tokens": 0,
                       "best_valid_loss": None, "seed": config.seed,
                       "processes": self.comm.size}
@@ -542,7 +620,12 @@ class Trainer:
         when it validates at least as well as the best checkpoint, else the best. (Early in
         a short run the average mixes in weights far from converged, and loses.)"""
         paths = sorted(self.checkpoints.glob("step-*.npz"))[-self.config.keep_last:]
-        averaged = average_checkpoints(paths)
+        try:
+            averaged = average_checkpoints(paths)
+        except memory.MemoryLimitError as exc:
+            raise memory.MemoryLimitError(
+                f"training is done and its checkpoints are intact in {self.checkpoints}, but "
+                f"{str(exc).rstrip('.')}, then continue with --resume to average them.") from None
         with self._writing(f"the averaged checkpoint ({self.checkpoints / 'averaged.npz'})"):
             save_averaged(self.checkpoints / "averaged.npz", averaged)
         trained = {name: p.data for name, p in self.model.named_parameters()}

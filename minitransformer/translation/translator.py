@@ -98,20 +98,19 @@ def default_batch_size(model: Any) -> int:
     return min(SENTENCES_PER_THREAD * get_num_threads(), MAX_CPU_BATCH)
 
 
-def beam_problem(model: Any, beam_size: Any) -> str | None:
-    """Why ``beam_size`` cannot translate with ``model``, or None: a beam wider than the target
-    vocabulary has more places than the first step has continuations, and no translation
+def beam_problem(vocab_size: int, beam_size: Any) -> str | None:
+    """Why ``beam_size`` cannot translate into a target vocabulary of ``vocab_size``, or None:
+    a wider beam has more places than the first step has continuations, and no translation
     needs the exhaustive search such a beam becomes (``beam_search`` allows it, for that)."""
-    V = model.config.tgt_vocab_size
-    if _is_index(beam_size) and beam_size > V:
-        return (f"a beam of {beam_size} is wider than the model's target vocabulary of {V} "
-                f"pieces, more places than its first step can fill; give a beam of at most "
-                f"{V} (--beam).")
+    if _is_index(beam_size) and beam_size > vocab_size:
+        return (f"a beam of {beam_size} is wider than the model's target vocabulary of "
+                f"{vocab_size} pieces, more places than its first step can fill; give a beam "
+                f"of at most {vocab_size} (--beam).")
     return None
 
 
 def _check_beam(model: Any, beam_size: Any) -> None:
-    problem = beam_problem(model, beam_size)
+    problem = beam_problem(model.config.tgt_vocab_size, beam_size)
     if problem:
         raise ValueError(problem)
 
