@@ -87,6 +87,7 @@ ENVIRONMENT_VARIABLE = "MINITRANSFORMER_MEMORY_LIMIT"
 UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 PYTHON_TOKEN = 70  # bytes of a token in a Python list of ids and one of log-probabilities
 BLOCK_SCRATCH = 2**18  # small arrays and Python objects besides those counted
+METADATA = 2**16  # a checkpoint's meta.json: configuration, state, a checksum per array
 
 
 class MemoryLimitError(ValueError):
@@ -185,8 +186,9 @@ def parameter_count(config: Any) -> int:
 
 
 def _largest_parameter(config: Any) -> int:
-    return max(config.src_vocab_size, config.tgt_vocab_size) * config.d_model + \
-        config.d_ff * config.d_model
+    """The elements of the model's largest parameter (a table, or a feed-forward matrix)."""
+    rows = [config.src_vocab_size, config.tgt_vocab_size, config.d_ff]
+    return max(rows + [config.max_len] * config.learned_positions) * config.d_model
 
 
 # ----------------------------------------------------------------------------- decoding
@@ -326,8 +328,11 @@ def training_peak(config: Any, shapes: list[tuple[int, int, int]], itemsize: int
     step = max([step_bytes(config, *shape, itemsize) for shape in shapes]
                + [validation_bytes(config, *shape, itemsize) for shape in valid_shapes]
                + [0])
-    checkpoint = 3 * P + tokenizer_bytes  # the model's and Adam's arrays, and the tokenizer
-    return TrainingPeak(state, step, checkpoint + 2 * P)  # averaging: one read, and sums
+    # averaging as averaging_bytes counts it: a step checkpoint (the model's and Adam's
+    # arrays, the tokenizer, the metadata) read beside float64 sums, its largest array again
+    checkpoint = 3 * P + tokenizer_bytes + METADATA
+    host = checkpoint + 2 * P + _largest_parameter(config) * itemsize + BLOCK_SCRATCH
+    return TrainingPeak(state, step, host)
 
 
 # ----------------------------------------------------------------------------- averaging

@@ -139,21 +139,19 @@ class TranslationData:
     tgt_lang: str | None = None
 
 
-def check_training_memory(model_config: Any, config: TrainConfig, data: TranslationData,
-                          tokenizer_bytes: int = 0, held: int = 0, device: str | None = None,
-                          final_beam: int | None = None, final_source_len: int = 0) -> None:
-    """Refuse a run whose peak memory would exceed what is available, before it allocates
-    more: parameters, gradients and Adam's moments, the largest step over the run's batches,
-    validation (its losses, and greedy decoding of the longest BLEU sentence), averaging the
-    last checkpoints, and with ``final_beam`` decoding a test sentence of
-    ``final_source_len`` tokens with that beam after training (``memory.py`` derives each).
-    ``held`` bytes the run holds already (a built model's parameters) count as available on
-    ``device``. The MemoryLimitError says how much is needed and available, and the largest
-    ``max_tokens`` that would fit, if any does."""
-    device = device or backend.current_device()
+def training_memory(model_config: Any, config: TrainConfig, data: TranslationData,
+                    tokenizer_bytes: int = 0, device: str | None = None,
+                    final_beam: int | None = None, final_source_len: int = 0
+                    ) -> tuple[int, int]:
+    """(bytes on ``device``, bytes on the host besides) at the peak of a run: parameters,
+    gradients and Adam's moments, the largest step over the run's batches, validation (its
+    losses, and greedy decoding of the longest BLEU sentence), averaging the last
+    checkpoints, and with ``final_beam`` decoding a test sentence of ``final_source_len``
+    tokens with that beam after training (``memory.py`` derives each). On the CPU the
+    second is 0: both are the same memory, counted in the first."""
     gpu, f = device == "cuda", backend.get_default_dtype().itemsize
     P = memory.parameter_count(model_config) * f
-    decoding = []  # (sentence length, beam) decoded besides the model being trained
+    decoding = []  # (bytes besides, sentence length, beam) of decoding besides training
     n = min(config.bleu_sentences, len(data.valid_sources), len(data.valid))
     longest = model_config.max_len - 1
     if n:
@@ -163,15 +161,27 @@ def check_training_memory(model_config: Any, config: TrainConfig, data: Translat
     after = max([extra + memory.decoding_bytes(
         model_config, 1, S, min(S + 50, model_config.max_len), beam, 0, f, gpu)
         for extra, S, beam in decoding] + [0])
+    peak = memory.training_peak(model_config, _shapes(data.train, config.max_tokens), f,
+                                tokenizer_bytes, _shapes(data.valid, config.max_tokens))
+    return replace(peak, step=max(peak.step, after)).on(gpu)
+
+
+def check_training_memory(model_config: Any, config: TrainConfig, data: TranslationData,
+                          tokenizer_bytes: int = 0, held: int = 0, device: str | None = None,
+                          final_beam: int | None = None, final_source_len: int = 0) -> None:
+    """Refuse a run whose peak memory (``training_memory``) exceeds what is available, before
+    it allocates more; ``held`` bytes the run holds already (a built model's parameters)
+    count as available on ``device``. The MemoryLimitError says how much is needed and
+    available, and the largest ``max_tokens`` that would fit, if any does."""
+    device = device or backend.current_device()
     available = memory.available_memory(device)
-    host = memory.available_memory("cpu") if gpu else None
+    host = memory.available_memory("cpu") if device == "cuda" else None
 
     def problem(max_tokens: int) -> tuple[int, int | None, str] | None:
         """(need, available, where) of the first place that does not fit, or None."""
-        peak = memory.training_peak(model_config, _shapes(data.train, max_tokens), f,
-                                    tokenizer_bytes, _shapes(data.valid, max_tokens))
-        peak = replace(peak, step=max(peak.step, after))
-        on_device, on_host = peak.on(gpu)
+        on_device, on_host = training_memory(
+            model_config, replace(config, max_tokens=max_tokens), data, tokenizer_bytes,
+            device, final_beam, final_source_len)
         if available is not None and on_device > available + held:
             return on_device, available + held, device
         if host is not None and on_host > host:
@@ -193,8 +203,8 @@ def check_training_memory(model_config: Any, config: TrainConfig, data: Translat
     else:
         fix = (f"even batches of one sentence pair would not fit, so choose a smaller --config "
                f"(or drop long pairs with a lower --max-len), or {memory.free_some()}")
-    memory.check(need, have, f"training a model of {P // f:,} parameters on batches of "
-                 f"{config.max_tokens:,} tokens", fix, where)
+    memory.check(need, have, f"training a model of {memory.parameter_count(model_config):,} "
+                 f"parameters on batches of {config.max_tokens:,} tokens", fix, where)
 
 
 def _shapes(pairs: list[tuple[list[int], list[int]]], max_tokens: int
