@@ -7,13 +7,14 @@ and says so (``translator.py``), training and averaging refuse at once with the 
 the option to change, instead of being killed after minutes or hours.
 
 What is available: ``MINITRANSFORMER_MEMORY_LIMIT`` when set (bytes, or with a suffix K, M,
-G or T, powers of 1024: ``200M``, ``1.5G``), which counts as the free memory in place of
-what the machine reports; else, for a model on the GPU, the device's free memory plus the
-free blocks of CuPy's pool; else the host's ``MemAvailable`` (``/proc/meminfo``; free pages
-from ``os.sysconf`` elsewhere), lowered to the room left under a cgroup's memory limit
-(a container's). Where none of these can be read, nothing is refused. With several
-processes on one machine (``mpiexec``) each compares its own estimate with the whole
-machine's free memory.
+G or T, powers of 1024: ``200M``, ``1.5G``), which every check takes as the free memory in
+place of what the machine reports (each job's estimate is compared with it alone: it is not
+a budget of the whole process, whose model and libraries it does not count); else, for a
+model on the GPU, the device's free memory plus the free blocks of CuPy's pool; else the
+host's ``MemAvailable`` (``/proc/meminfo``; free pages from ``os.sysconf`` elsewhere),
+lowered to the room left under a cgroup's memory limit (a container's). Where none of these
+can be read, nothing is refused. With several processes on one machine (``mpiexec``) each
+compares its own estimate with the whole machine's free memory.
 
 Each estimate counts the arrays the code allocates (float32: f = 4 bytes, int64: 8), with
 
@@ -46,27 +47,30 @@ if they existed at the start of the backward, when the activations are all still
 float64 sums: the largest file's arrays and its largest array again (reading, checking),
 plus 2 bytes for each byte of the model's.
 
-Measured with ``tracemalloc`` (NumPy reports its arrays to it) on the 2-core Xeon, random
-weights whose hypotheses never end (the longest search), peak against estimate:
+Measured with ``tracemalloc`` (NumPy reports its arrays to it) on the 2-core Xeon, two
+threads, random weights whose hypotheses never end (the longest search), peak against
+estimate (MiB):
 
-    decoding, tiny model (V 1,000), 256 sentences of 25 tokens, beam 4    65.3   69.9 MiB
-        the same, greedy                                                  20.1   21.4 MiB
-    small model (V 8,000), 128 sentences of 30 tokens, beam 4            367    377 MiB
-        256 sentences, greedy                                            225    232 MiB
-        32 sentences, beam 16                                            346    358 MiB
-    base model (V 8,000), 16 sentences of 30 tokens, beam 4              194    197 MiB
-    aligning 128 hypotheses of 80 tokens, small model                    498    499 MiB
-    training step beyond the parameters, tiny, B 160 S 22 T 25           82.6   84.1 MiB
-        small, B 100 S 40 T 40 (4,000 tokens)                            880    887 MiB
-        small, B 40 S 100 T 100                                          912    920 MiB
-        base, B 50 S 40 T 40                                            1456   1618 MiB
-    averaging 5 step checkpoints of the small model                      147    154 MiB
-        2 of the base model                                              925    937 MiB
+    decoding, tiny model (V 1,000), 256 sentences of 25 tokens, beam 4    66.2   69.2
+        the same, greedy                                                  19.5   20.6
+    small model (V 8,000), 128 sentences of 30 tokens, beam 4            369    376
+        256 sentences, greedy (four runs: 224 to 228)                    228    231
+        32 sentences, beam 16                                            347    357
+    base model (V 8,000), 16 sentences of 30 tokens, beam 4 (four runs)  195    196
+    aligning 128 hypotheses of 80 tokens, small model                    498    498
+    training step beyond the parameters, tiny, B 160 S 22 T 25           82.6   83.4
+        small, B 100 S 40 T 40 (4,000 tokens)                            880    885
+        small, B 40 S 100 T 100                                          912    918
+        base, B 50 S 40 T 40                                            1456   1613
+    averaging 5 step checkpoints of the small model                      147    153
+        2 of the base model                                              925    936
 
-The estimates are 0.2 to 11 % above the measured peaks (the most for the base model's
-step, whose gradients are counted whole from the start of the backward), none below. A
-training step's first peak includes the workspace's blocks for the (B·T, V) arrays, which
-later steps reuse: 880 MiB for the small model's first step, 511 MiB for its second.
+The estimates are 0.05 to 11 % above the measured peaks (the most for the base model's step,
+whose gradients are counted whole from the start of the backward), none below; the threads'
+interleaving moves a decoding peak by up to 2 %. A training step's first peak includes the
+workspace's blocks for the (B·T, V) arrays, which later steps reuse: 880 MiB for the small
+model's first step, 511 MiB for its second. The interpreter and the libraries (a few hundred
+MiB) are not counted: they are spent before any estimate is made.
 """
 
 from __future__ import annotations
