@@ -144,13 +144,13 @@ def host_available() -> int | None:
     return found if room is None else min(found, room)
 
 
-def _cgroup_room() -> int | None:
-    """limit - (usage - inactive file cache) of this process's cgroup (v2, else v1)."""
+def _cgroup_room(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """limit - (usage - inactive file cache) of this process's cgroup (v2, else v1), as a
+    container sees its own at ``root``; None without a limit."""
     for limit, usage, stat, cache in (
             ("memory.max", "memory.current", "memory.stat", "inactive_file"),
             ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes",
              "memory/memory.stat", "total_inactive_file")):
-        root = Path("/sys/fs/cgroup")
         try:
             cap = (root / limit).read_text().strip()
             if cap == "max" or int(cap) >= 2**60:  # no limit

@@ -11,6 +11,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from conftest import CUDA
 from train_task import make_task
 
 import minitransformer
@@ -85,6 +86,51 @@ def test_the_limit_replaces_what_the_machine_has(monkeypatch):
     monkeypatch.setenv(LIMIT, "300M")
     assert memory.available_memory("cpu") == 300 * 2**20
     assert memory.describe_available() == f"{LIMIT}=300M"
+
+
+def test_a_containers_cgroup_limit_leaves_its_room(tmp_path):
+    (tmp_path / "memory.max").write_text("1073741824\n")       # cgroup v2: 1 GiB
+    (tmp_path / "memory.current").write_text("629145600\n")    # 600 MiB used,
+    (tmp_path / "memory.stat").write_text("anon 1\ninactive_file 104857600\n")  # 100 cache
+    assert memory._cgroup_room(tmp_path) == 2**30 - 500 * 2**20
+    (tmp_path / "memory.max").write_text("max\n")
+    assert memory._cgroup_room(tmp_path) is None
+    v1 = tmp_path / "v1"
+    (v1 / "memory").mkdir(parents=True)
+    (v1 / "memory" / "memory.limit_in_bytes").write_text(str(2**31))
+    (v1 / "memory" / "memory.usage_in_bytes").write_text(str(2**30))
+    (v1 / "memory" / "memory.stat").write_text("total_inactive_file 0\n")
+    assert memory._cgroup_room(v1) == 2**30
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712")  # none
+    assert memory._cgroup_room(v1) is None
+
+
+def test_on_the_gpu_the_devices_free_memory_and_the_pools_free_blocks_count(monkeypatch):
+    class Runtime:
+        @staticmethod
+        def memGetInfo():  # noqa: N802 (CuPy's name)
+            return 3 * 2**30, 80 * 2**30
+
+    class Pool:
+        @staticmethod
+        def free_bytes():
+            return 2**29
+
+    class CuPy:
+        cuda = type("cuda", (), {"runtime": Runtime})
+        get_default_memory_pool = staticmethod(lambda: Pool)
+
+    monkeypatch.setattr(memory.backend, "get_backend",
+                        lambda name: type("Backend", (), {"xp": CuPy})())
+    assert memory.available_memory("cuda") == 3 * 2**30 + 2**29
+    assert memory.describe_available("cuda") == "free on the GPU"
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CuPy and a GPU")
+def test_a_real_gpu_reports_its_free_memory():
+    free = memory.available_memory("cuda")
+    assert 0 < free <= memory.backend.get_backend("cuda").xp.cuda.runtime.memGetInfo()[1] \
+        + memory.backend.get_backend("cuda").xp.get_default_memory_pool().total_bytes()
 
 
 @pytest.mark.parametrize("sizes", [
