@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .values import at_least, positive_float, probability, vocabulary_size
+from .values import at_least, language_code, positive_float, probability, vocabulary_size
 
 if TYPE_CHECKING:
     from ..data.parallel import Dropped
@@ -66,8 +66,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                       help="'builtin' (generated, no download) or a folder of {split}.{lang} "
                            "files such as `minitransformer data multi30k` writes "
                            "(default: builtin)")
-    data.add_argument("--src-lang", help="source language suffix (Multi30k: de)")
-    data.add_argument("--tgt-lang", help="target language suffix (Multi30k: en)")
+    data.add_argument("--src-lang", type=language_code,
+                      help="source language suffix (Multi30k: de)")
+    data.add_argument("--tgt-lang", type=language_code,
+                      help="target language suffix (Multi30k: en)")
     data.add_argument("--vocab-size", type=vocabulary_size,
                       help="joint BPE vocabulary size (default 1000 built-in, 8000 folders)")
     data.add_argument("--max-len", type=at_least(1), default=100,

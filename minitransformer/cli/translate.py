@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .values import at_least, finite_float
+from .values import at_least, finite_float, language_code
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -53,8 +53,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     e.add_argument("--data", metavar="builtin|DIR", help="instead of --src/--ref: a corpus")
     e.add_argument("--split", choices=["valid", "test"],
                    help="which split of --data (default test)")
-    e.add_argument("--src-lang", help="source language suffix of --data")
-    e.add_argument("--tgt-lang", help="target language suffix of --data")
+    e.add_argument("--src-lang", type=language_code, help="source language suffix of --data")
+    e.add_argument("--tgt-lang", type=language_code, help="target language suffix of --data")
     e.add_argument("--output", help="write the translations here")
     e.add_argument("--n-best", type=at_least(1), metavar="K",
                    help="also the oracle BLEU: that of the hypotheses, one of the K best of "

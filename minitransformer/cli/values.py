@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 
 
@@ -62,6 +63,20 @@ def probability(text: str) -> float:
     if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"must satisfy 0 <= value < 1, got {value:g}")
     return value
+
+
+LANGUAGE_CODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
+
+
+def language_code(text: str) -> str:
+    """A language suffix of corpus files ({split}.{lang}: de, en, pt_BR, zh-Hans): letters,
+    digits, - and _, at most 32 characters (a longer one made a file name the system refuses,
+    a "/" would leave the --data folder)."""
+    if not LANGUAGE_CODE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"must be a language code of letters, digits, - and _ (at most 32 characters, "
+            f"such as de or en), got {text[:40]!r}{'...' if len(text) > 40 else ''}")
+    return text
 
 
 # A SentencePiece BPE vocabulary holds the tokenizer's 4 special pieces (pad, unk, bos, eos),

@@ -369,3 +369,15 @@ def test_data_builtin_writes_a_corpus_that_train_reads(tmp_path, capsys):
     assert cli.main(["data", "builtin", "--dest", str(tmp_path / "builtin")]) == 0
     names = sorted(p.name for p in (tmp_path / "builtin").iterdir())
     assert names == ["test.en", "test.vel", "train.en", "train.vel", "valid.en", "valid.vel"]
+
+
+@pytest.mark.parametrize("command", [["train"], ["evaluate", "--checkpoint", "c.npz"]])
+@pytest.mark.parametrize("code", ["a" * 5000, "../de", "de en", "", "-x"])
+def test_a_language_that_is_no_code_stops_the_command_while_parsing(command, code, capsys):
+    """--src-lang of 5,000 letters (found by the fuzzer) made a file name the system refused:
+    OSError's traceback."""
+    with pytest.raises(SystemExit) as stop:
+        cli.main([*command, f"--src-lang={code}"])
+    assert stop.value.code == 2
+    assert "argument --src-lang: must be a language code of letters, digits, - and _" in (
+        capsys.readouterr().err)

@@ -289,11 +289,11 @@ def check_contract(argv, status, out, err, scratch):
         assert isinstance(json.loads(out.strip().splitlines()[-1]), dict)
     elif status == 1 and out.strip() and argv[0] in ("check-exercise", "gradcheck"):
         pass  # a failed check: its report is the output
-    elif status != 0:
-        last = [line for line in err.splitlines() if line.strip()]
-        assert last, f"{argv}: exit status {status} and no message"
-        assert last[-1].startswith("minitransformer"), f"{argv}: {last[-1]!r}"
-        assert len(last[-1].split()) >= 4, f"{argv}: {last[-1]!r}"
+    elif status != 0:  # the message: a line that names the command (a drawn argument
+        # holding a newline can carry its end onto the lines after it)
+        said = [line for line in err.splitlines() if line.startswith("minitransformer")]
+        assert said, f"{argv}: exit status {status} and no message\n{err}"
+        assert len(" ".join(err.split()[-40:]).split()) >= 4, f"{argv}: {err!r}"
     for path in scratch.rglob("*"):
         assert not path.name.endswith((".tmp", ".partial")) and not path.name.startswith(
             ".tmp"), f"{argv} left {path}"
