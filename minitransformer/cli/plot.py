@@ -133,8 +133,8 @@ def run_model(args: argparse.Namespace) -> int:
         return 2
     _matplotlib()
     try:
-        viz.draw_model(config, batch=(args.batch, args.src_len, args.tgt_len),
-                       layers_in_full=None if args.all_layers else 1, path=args.out)
+        _close(viz.draw_model(config, batch=(args.batch, args.src_len, args.tgt_len),
+                              layers_in_full=None if args.all_layers else 1, path=args.out))
     except MemoryError:
         print(f"minitransformer plot model: the '{args.config}' model with a vocabulary of "
               f"{args.vocab_size:,} and this batch do not fit in this machine's memory; give "

@@ -66,16 +66,22 @@ def test_a_layer_that_does_not_exist_is_explained(checkpoint, capsys):
     assert "--layer 7 does not exist; the model has 2 layers" in capsys.readouterr().err
 
 
-def test_model_draws_figure_one_of_a_named_configuration(tmp_path, capsys):
+def test_model_draws_figure_one_of_a_named_configuration(tmp_path, capsys, monkeypatch):
     from matplotlib import pyplot
     from matplotlib.text import Text
 
+    from minitransformer import viz
+
+    made, draw = [], viz.draw_model  # the figure the command drew, closed once written
+    monkeypatch.setattr(viz, "draw_model", lambda *a, **kw: made.append(draw(*a, **kw))
+                        or made[-1])
     out = tmp_path / "model.png"
     assert cli.main(["plot", "model", "--config", "tiny", "--vocab-size", "50", "--batch", "3",
                      "--src-len", "5", "--tgt-len", "4", "--out", str(out)]) == 0
     assert out.read_bytes()[:4] == b"\x89PNG"
     assert f"wrote {out}" in capsys.readouterr().out
-    drawn = [t.get_text() for t in pyplot.gcf().findobj(Text)]
+    assert not pyplot.fignum_exists(made[0].number)
+    drawn = [t.get_text() for t in made[0].findobj(Text)]
     assert {"encoder.layers.0.self_attn", "decoder.layers.0.cross_attn", "decoder.layers.1",
             "logits (3, 4, 50)", "mask (3, 1, 4, 4): causal + padding"} <= set(drawn)
     assert cli.main(["plot", "model", "--config", "tiny", "--vocab-size", "50", "--all-layers",
