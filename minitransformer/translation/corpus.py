@@ -75,8 +75,14 @@ def load_corpus(source: str, src_lang: str | None = None, tgt_lang: str | None =
 def _split_file(folder: Path, split: str, lang: str) -> Path:
     for name in SPLIT_NAMES[split]:
         for candidate in (folder / f"{name}.{lang}", folder / f"{name}.{lang}.gz"):
-            if candidate.is_file():
-                return candidate
+            try:
+                if candidate.is_file():
+                    return candidate
+            except OSError:  # a name the system refuses (too long): no such file
+                continue
+    if len(lang) > 40:
+        raise DataError(f"{folder} has no {split} file for a language code of {len(lang):,} "
+                        "characters; give a language code such as de or en.")
     tried = ", ".join(f"{n}.{lang}[.gz]" for n in SPLIT_NAMES[split])
     raise DataError(f"{folder} has no {split} file for language {lang!r} (looked for "
                     f"{tried}).")

@@ -43,6 +43,14 @@ def test_a_missing_split_asked_for_is_named(tmp_path):
         load_corpus(tmp_path, splits=["valid"])
 
 
+def test_a_language_code_too_long_for_a_file_name_is_no_file_of_the_folder(tmp_path):
+    """test.aaa... of 5,000 letters is a name the system refuses (OSError ENAMETOOLONG)."""
+    write_split(tmp_path, "test")
+    with pytest.raises(DataError, match="has no test file for a language code of 5,000 "
+                                        "characters; give a language code such as de or en"):
+        load_corpus(tmp_path, "a" * 5000, "en", splits=["test"])
+
+
 def test_the_builtin_task_keeps_only_the_splits_asked_for():
     corpus = load_corpus("builtin", splits=["test"])
     assert corpus.test and corpus.train == [] and corpus.valid == []
