@@ -103,11 +103,46 @@ def blas_controller() -> ThreadpoolController:
     return _blas
 
 
-def _single_threaded_blas() -> Any:
+class _SingleThreadedBlas:
     """A context in which BLAS (NumPy's OpenBLAS or MKL) uses one thread; BLAS's count before
-    it comes back after. (threadpoolctl lets one thread at a time set OpenBLAS's count, so
-    on a second thread that trains or decodes at the same time this changes nothing.)"""
-    return blas_controller().limit(limits=1, user_api="blas")
+    it comes back after the outermost one ends (they nest, and are counted across threads).
+    It calls the libraries through threadpoolctl's handles, about 2 us a section, since the
+    layers open one around every product and every kernel that multiplies. (threadpoolctl
+    lets one thread at a time set OpenBLAS's count, so on a second thread that trains or
+    decodes at the same time this changes nothing.)"""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.before: list[tuple[Any, int]] = []
+        self.libraries: list[Any] | None = None        # threadpoolctl's BLAS handles, found once
+
+    def __enter__(self) -> None:
+        with self.lock:
+            if self.depth == 0:
+                if self.libraries is None:
+                    self.libraries = blas_controller().select(user_api="blas").lib_controllers
+                self.before = [(lib, lib.get_num_threads()) for lib in self.libraries]
+                for lib, threads in self.before:
+                    if threads != 1:
+                        lib.set_num_threads(1)
+            self.depth += 1
+
+    def __exit__(self, *exc_info: Any) -> None:
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0:
+                for lib, threads in self.before:
+                    if threads != 1:
+                        lib.set_num_threads(threads)
+
+
+_one_blas_thread = _SingleThreadedBlas()
+
+
+def _single_threaded_blas() -> _SingleThreadedBlas:
+    """The context in which BLAS uses one thread (see ``_SingleThreadedBlas``)."""
+    return _one_blas_thread
 
 
 def _as_worker_task(function: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -153,8 +188,15 @@ def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any,
     """
     block_bytes = BLOCK_BYTES if block_bytes is None else block_bytes
     rows_per_block = max(1, block_bytes // max(1, row_bytes))
-    if n <= rows_per_block or _cuda.is_cupy(xp):
+    if _cuda.is_cupy(xp):
         kernel(slice(0, n))
+        return
+    if n <= rows_per_block:
+        if WORKERS == 1 or getattr(_thread, "on_worker", False):
+            kernel(slice(0, n))
+        else:
+            with _single_threaded_blas():    # a product in the kernel: not on BLAS's threads
+                kernel(slice(0, n))
         return
     starts = range(0, n, rows_per_block)
     blocks = [slice(start, min(start + rows_per_block, n)) for start in starts]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..autograd.function import Function
-from . import _workspace
+from . import _products, _workspace
 from ._blocks import for_blocks
 from ._broadcast import broadcast_shapes, match_float_dtypes, sum_to
 from ._reduce import sum_rows
@@ -40,7 +40,7 @@ class MatMul(Function):
             broadcast_shapes("matmul (batch axes)", a.shape[:-2], b.shape[:-2])
         a, b = match_float_dtypes("matmul", a, b)  # x32 @ int64 stays float32, not float64
         self.saved = (a, b)
-        return backend.get_array_module(a).matmul(a, b)
+        return _products.matmul(a, b)
 
     def backward(self, dout):
         a, b = self.saved
@@ -54,11 +54,11 @@ class MatMul(Function):
         da = db = None
         if self.needs_input_grad[0]:
             # fwd: y = a @ b  ->  da = dout @ bᵀ
-            da = xp.matmul(d2, xp.swapaxes(b2, -1, -2))               # (..., n, k)
+            da = _products.matmul(d2, xp.swapaxes(b2, -1, -2))        # (..., n, k)
             da = sum_to(da, a2.shape).reshape(a.shape)
         if self.needs_input_grad[1]:
             # fwd: y = a @ b  ->  db = aᵀ @ dout
-            db = xp.matmul(xp.swapaxes(a2, -1, -2), d2)               # (..., k, m)
+            db = _products.matmul(xp.swapaxes(a2, -1, -2), d2)        # (..., k, m)
             db = sum_to(db, b2.shape).reshape(b.shape)
         return da, db
 
@@ -103,7 +103,7 @@ class Linear(Function):
         x2 = x.reshape(-1, C_in)                                        # (N, C_in)
         # 2. y = x Wᵀ
         y2 = _workspace.empty((x2.shape[0], C_out), x.dtype, xp)        # (N, C_out)
-        xp.matmul(x2, weight.T, out=y2)
+        _products.matmul(x2, weight.T, out=y2)
         # 3. y = y + b (and 4. y = max(0, y) in LinearReLU), in place: y2 is the product's
         # new array; on blocks of rows on worker threads
         if bias is not None or self.relu:
@@ -129,9 +129,9 @@ class Linear(Function):
             db = sum_rows(dout2)                                        # (C_out,)
         # fwd 2: y = x Wᵀ  ->  dx = dout W,  dW = doutᵀ x
         if self.needs_input_grad[1]:
-            dW = xp.matmul(dout2.T, x2)                                 # (C_out, C_in)
+            dW = _products.matmul(dout2.T, x2)                          # (C_out, C_in)
         if self.needs_input_grad[0]:
-            dx = xp.matmul(dout2, weight).reshape(self.x_shape)         # (..., C_in)
+            dx = _products.matmul(dout2, weight).reshape(self.x_shape)  # (..., C_in)
         return (dx, dW, db) if self.has_bias else (dx, dW)
 
 

@@ -1,0 +1,111 @@
+"""Matrix products on the worker pool: every core for the layers' products, without BLAS's threads.
+
+    matmul(a, b, out=None)      a @ b, as ``numpy.matmul`` (on CuPy: ``cupy.matmul``)
+
+BLAS parallelises a product itself: OpenBLAS gives each of its threads a fixed share of the
+product, and the threads wait for one another, spinning, at every panel of the reduction. On
+a machine of its own that is as fast as anything. On a shared one (a course server, a second
+run beside the first, a busy browser) a thread that the system is not running holds up every
+wait, and each wait lasts until the scheduler comes back to it. On the 2-core Xeon, beside a
+process that kept both cores busy, the tiny model's weight gradient (32, 7000) @ (7000, 32)
+took 124 ms with two BLAS threads against 0.2 ms with one, and a training step 980 ms
+against 103 ms.
+
+So the library's products never use BLAS's threads. A product large enough to pay for the
+hand-off (``MIN_SPLIT_FLOPS``) is cut into one block of its output's rows per worker (of its
+columns, when it has fewer rows than columns), and each block is one single-threaded BLAS call
+on the pool of ``_blocks``. The pool's threads wait on a lock, not spinning: a core taken by
+another process costs its share of the time and no more. Smaller products, and products asked
+for on a worker thread (decoding's shares), run at once on the calling thread.
+
+Alone on the machine the blocks are as fast as BLAS's two threads on the small model's shapes
+(the (4000, 512) @ (512, 2048) product: 27.3 against 27.2 ms on the Xeon); the results are
+the same numbers as one call, up to the order BLAS adds in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import backend
+from . import _blocks, _cuda
+
+# Below this many floating-point operations (2 M N K) a product runs on the calling thread:
+# handing blocks to the pool costs about 0.1 ms, what one core needs for some 10 MFLOP.
+MIN_SPLIT_FLOPS = 32_000_000
+
+
+def matmul(a: Any, b: Any, out: Any = None) -> Any:
+    """``a @ b`` with NumPy's broadcasting rules, on the worker threads with single-threaded
+    BLAS when large enough (see the module's docstring); written into ``out`` when given."""
+    xp = backend.get_array_module(a)
+    if (_cuda.is_cupy(xp) or _blocks.WORKERS == 1
+            or getattr(_blocks._thread, "on_worker", False)):
+        # a GPU kernel; one thread asked for (set_num_threads sets BLAS's too); or a task of
+        # the pool, for which BLAS is already held to one thread
+        return xp.matmul(a, b) if out is None else xp.matmul(a, b, out=out)
+    with _blocks._single_threaded_blas():
+        if not _worth_splitting(a, b):
+            return xp.matmul(a, b) if out is None else xp.matmul(a, b, out=out)
+        if out is None:
+            out = xp.empty(_result_shape(a, b), dtype=a.dtype)
+        for _ in _blocks._executor().map(lambda block: xp.matmul(*block), _blocks_of(a, b, out)):
+            pass                                          # (re-raises a block's error)
+    return out
+
+
+def _worth_splitting(a: Any, b: Any) -> bool:
+    """Whether ``a @ b`` is large enough to pay for the pool: matrices (a matrix-vector product
+    is memory-bound), one dtype, at least MIN_SPLIT_FLOPS, and rows, columns or a leading batch
+    axis to share out."""
+    if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
+        return False
+    shape = _result_shape(a, b)
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch = 1
+    for n in shape[:-2]:
+        batch *= n
+    if 2 * batch * M * N * K < MIN_SPLIT_FLOPS:
+        return False
+    return len(shape) == 2 or shape[0] >= 2
+
+
+def _result_shape(a: Any, b: Any) -> tuple:
+    """The shape of ``a @ b`` (``numpy.matmul``'s rules; the operands are known to fit)."""
+    if a.ndim == 1 and b.ndim == 1:
+        return ()
+    if a.ndim == 1:
+        return b.shape[:-2] + b.shape[-1:]
+    if b.ndim == 1:
+        return a.shape[:-1]
+    batch = _broadcast(a.shape[:-2], b.shape[:-2])
+    return batch + (a.shape[-2], b.shape[-1])
+
+
+def _broadcast(x: tuple, y: tuple) -> tuple:
+    """NumPy's broadcast of two shapes that are known to broadcast."""
+    n = max(len(x), len(y))
+    x, y = (1,) * (n - len(x)) + x, (1,) * (n - len(y)) + y
+    return tuple(max(i, j) for i, j in zip(x, y, strict=True))
+
+
+def _blocks_of(a: Any, b: Any, out: Any) -> list[tuple]:
+    """The product cut into (a part, b part, out part), one per worker: blocks of the leading
+    batch axis when there is one, else of the output's rows (of its columns when it has fewer
+    rows than columns)."""
+    workers = _blocks.WORKERS
+    if out.ndim > 2:
+        def part(x: Any, s: slice) -> Any:
+            return x[s] if x.ndim == out.ndim and x.shape[0] == out.shape[0] else x
+        return [(part(a, s), part(b, s), out[s]) for s in _shares(out.shape[0], workers)]
+    M, N = out.shape
+    if M >= N:
+        return [(a[s], b, out[s]) for s in _shares(M, workers)]
+    return [(a, b[:, s], out[:, s]) for s in _shares(N, workers)]
+
+
+def _shares(n: int, parts: int) -> list[slice]:
+    """``parts`` slices covering 0..n, as even as can be (none empty)."""
+    parts = max(1, min(parts, n))
+    bounds = [n * i // parts for i in range(parts + 1)]
+    return [slice(bounds[i], bounds[i + 1]) for i in range(parts)]

@@ -1,0 +1,109 @@
+"""The layers' matrix products (functional/_products.py): split over the worker threads they give
+numpy.matmul's numbers and shapes, and BLAS never runs more than one thread inside them, which
+is what keeps a training step from stalling when another process holds the cores."""
+
+import numpy as np
+import pytest
+
+import minitransformer as mt
+from minitransformer import functional as F
+from minitransformer.functional import _blocks, _products
+from minitransformer.nn import Transformer, TransformerConfig
+
+# (a shape, b shape): rows, columns, batched, broadcast batch, 2-D b under a batch, vectors
+SHAPES = [((64, 48), (48, 40)), ((12, 48), (48, 90)), ((3, 2, 20, 8), (3, 2, 8, 30)),
+          ((4, 20, 8), (1, 8, 30)), ((5, 20, 8), (8, 30)), ((2, 20, 8), (5, 2, 8, 30)),
+          ((48,), (48, 40)), ((64, 48), (48,)), ((48,), (48,))]
+
+
+@pytest.fixture
+def split_everything(monkeypatch):
+    """Two workers, and every product of matrices large enough to be split."""
+    monkeypatch.setattr(_blocks, "WORKERS", 2)
+    monkeypatch.setattr(_products, "MIN_SPLIT_FLOPS", 0)
+    blocks = []
+    executor = _blocks._executor
+
+    class Counting:
+        def map(self, function, items):
+            items = list(items)
+            blocks.append(len(items))
+            return executor().map(function, items)
+    monkeypatch.setattr(_blocks, "_executor", Counting)
+    return blocks
+
+
+@pytest.mark.parametrize("shapes", SHAPES, ids=str)
+def test_split_products_equal_numpy_matmul(split_everything, shapes):
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(s) for s in shapes)
+    expected = np.matmul(a, b)
+    got = _products.matmul(a, b)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+    if a.ndim > 1 and b.ndim > 1:
+        assert split_everything == [2], "a product of matrices was not cut into two blocks"
+    else:
+        assert split_everything == [], "a matrix-vector product went to the pool"
+
+
+@pytest.mark.parametrize("shapes", SHAPES[:3], ids=str)
+def test_split_products_write_into_out_even_a_transposed_view(split_everything, shapes):
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    expected = np.matmul(a, b)
+    out = np.empty(expected.shape[:-2] + expected.shape[:-3:-1], np.float32)
+    out = np.swapaxes(out, -1, -2)                    # not C-contiguous
+    assert _products.matmul(a, b, out=out) is out
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_blas_runs_one_thread_inside_every_product_of_a_training_step(monkeypatch):
+    """What a step asks of BLAS: each product it computes, on the calling thread or a worker,
+    with BLAS's thread count at 1 (its spinning threads stall a shared machine), while the
+    count outside the library's work is left as it was."""
+    controller = _blocks.blas_controller()
+    if not controller.select(user_api="blas").lib_controllers:
+        pytest.skip("threadpoolctl sees no BLAS library in this process")
+    outside = controller.select(user_api="blas").info()[0]["num_threads"]
+    seen = []
+    matmul = np.matmul
+
+    def watched(*args, **kwargs):
+        seen.append(controller.select(user_api="blas").info()[0]["num_threads"])
+        return matmul(*args, **kwargs)
+    monkeypatch.setattr(np, "matmul", watched)
+    monkeypatch.setattr(_blocks, "WORKERS", 2)
+    monkeypatch.setattr(_products, "MIN_SPLIT_FLOPS", 0)
+    config = TransformerConfig.named("tiny", 50)
+    model = Transformer(config)
+    rng = np.random.default_rng(0)
+    src, tgt = rng.integers(3, 50, (4, 7)), rng.integers(3, 50, (4, 6))
+    F.cross_entropy(model(src, tgt), tgt, label_smoothing=0.1, ignore_index=0).backward()
+    assert len(seen) > 50 and set(seen) == {1}, sorted(set(seen))
+    assert controller.select(user_api="blas").info()[0]["num_threads"] == outside
+
+
+def test_a_product_on_a_worker_thread_stays_on_it(monkeypatch):
+    """Decoding runs shares of a batch on the workers; their products must not wait for the
+    pool they occupy."""
+    monkeypatch.setattr(_blocks, "WORKERS", 2)
+    monkeypatch.setattr(_products, "MIN_SPLIT_FLOPS", 0)
+    rng = np.random.default_rng(2)
+    pairs = [(rng.standard_normal((30, 20)), rng.standard_normal((20, 25))) for _ in range(4)]
+    got = _blocks.on_workers(lambda pair: _products.matmul(*pair), pairs)
+    for (a, b), product in zip(pairs, got, strict=True):
+        np.testing.assert_allclose(product, a @ b, rtol=1e-12)
+
+
+def test_one_worker_and_small_products_never_touch_the_pool(monkeypatch):
+    def refuse():
+        raise AssertionError("the pool was used")
+    monkeypatch.setattr(_blocks, "_executor", refuse)
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((64, 48)), rng.standard_normal((48, 40))
+    monkeypatch.setattr(_blocks, "WORKERS", 2)
+    np.testing.assert_array_equal(_products.matmul(a, b), a @ b)   # below MIN_SPLIT_FLOPS
+    monkeypatch.setattr(_products, "MIN_SPLIT_FLOPS", 0)
+    monkeypatch.setattr(_blocks, "WORKERS", 1)
+    np.testing.assert_array_equal(_products.matmul(a, b), a @ b)
