@@ -1,7 +1,7 @@
 """The Markdown tables of bench/compare_torch.py, from the results it collected.
 
     report(results)     the whole Markdown report (bench/results/compare_torch.<machine>.md)
-    training_table, mfu_table, memory_table, decoding_tables, batch_size_table
+    training_table, floor_table, mfu_table, memory_table, decoding_tables, batch_size_table
                         one section each
 
 Ratios are minitransformer / torch in throughput (above 1: minitransformer is faster) and in
@@ -41,6 +41,51 @@ def training_table(training: dict) -> str:
     return table(["config", "L", "batch", "minitransformer s, median (min–max)",
                   "torch s, median (min–max)", "minitransformer tok/s", "torch tok/s",
                   "ratio (min–max)"], rows)
+
+
+def floor_table(training: dict) -> str:
+    """Each case's step time against its matmul floor (bench/floor.py), beside the ratio to
+    torch; the rows of a run that measured no floor are left out."""
+    rows = []
+    for name, result in training.items():
+        for r in result["rows"]:
+            if "floor" not in r:
+                continue
+            floor, ours, theirs = r["floor"], r["minitransformer"], r["torch"]
+            rate = floor["flops"] / floor["seconds"]
+            rows.append([name, r["length"], r["batch"], f"{floor['flops'] / 1e9:.1f}",
+                         f"{floor['seconds']:.3f}", f"{rate / 1e9:.1f}",
+                         f"{ours['median_s']:.3f}", f"{ours['step_over_floor']:.2f}",
+                         f"{theirs['median_s']:.3f}", f"{theirs['step_over_floor']:.2f}",
+                         f"{r['ratio']['median']:.2f}"])
+    return table(["config", "L", "batch", "GFLOP / step", "floor s", "floor GFLOP/s",
+                  "minitransformer s", "minitransformer / floor", "torch s", "torch / floor",
+                  "ratio to torch"], rows)
+
+
+def floor_note(training: dict) -> str:
+    """What the floor is, for the report (one paragraph)."""
+    first = next((r["floor"] for result in training.values() for r in result["rows"]
+                  if "floor" in r), None)
+    if first is None:
+        return ""
+    return (
+        "The floor is the time of the step's matrix products alone: every product of one "
+        "step, forward and backward (the linear layers' y = x Wᵀ, dW = doutᵀ x and dx = "
+        "dout W; attention's Q Kᵀ, P V and their four backward products; the tied output "
+        "projection), in float32, the operands laid out as the step has them, outputs "
+        "preallocated, each product warm and alone, timed in the same run as the steps "
+        f"(median of {first['repeats']}) with NumPy's matmul at {first['threads']} threads, "
+        "the faster of one BLAS call and one block per thread on single-threaded BLAS; the "
+        "floor is the sum over the step's products (bench/floor.py). A NumPy implementation "
+        "cannot go below it: everything else (layer norm, softmax, dropout, the loss, Adam, "
+        "the graph) adds to it. step / floor is the median step time over the floor (torch "
+        "uses its own BLAS, so it can go below 1); ratio to torch as in the table above.")
+
+
+def _floor_section(training: dict) -> list[str]:
+    note = floor_note(training)
+    return ["### The matmul floor\n", note + "\n", floor_table(training) + "\n"] if note else []
 
 
 def mfu_table(training: dict) -> str:
@@ -151,6 +196,7 @@ def report(results: dict) -> str:
             f"dropout 0.1, source = target length L, {results['tokens']} // L sentences; the "
             "two alternate step by step; ratio is the median of the per-step ratios.\n",
             training_table(results["training"]) + "\n",
+            *_floor_section(results["training"]),
             "### Model FLOPs utilisation\n",
             "Matmul FLOPs per step (all linear layers, the tied output projection, Q Kᵀ and "
             "P V; 3 × forward) over the median step time, divided by "

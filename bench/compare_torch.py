@@ -16,7 +16,13 @@ One run measures, in order:
    on, source = target length L in --lengths, 4000 // L sentences; the implementations
    alternate step by step (and which goes first) so that machine noise hits both.
 3. Model FLOPs utilisation: matmul FLOPs per step (``training_flops``) over the step time,
-   divided by NumPy's own float32 matmul rate measured in the same run.
+   divided by NumPy's own float32 matmul rate measured in the same run. And the matmul floor
+   (CPU; bench/floor.py): every matrix product of the step at that length, forward and
+   backward, timed alone after the steps (float32, warm, operands laid out as the step has
+   them, outputs preallocated; the faster of one BLAS call at --threads threads and one block
+   per thread on single-threaded BLAS), summed: what a NumPy implementation cannot go below.
+   Each case reports step time / floor beside the ratio to PyTorch. The warm-up step of
+   minitransformer is traced: the list's FLOPs must be those of the step's numpy.matmul calls.
 4. Peak memory of two training steps, each implementation in a fresh subprocess.
 5. Decoding: greedy and beam search, with and without the key/value cache, the same
    algorithm on both sides (torch_model.py ports translation/decode.py), each case
@@ -58,11 +64,13 @@ from compare_report import (
     MiB,
     batch_size_table,
     decoding_tables,
+    floor_table,
     memory_table,
     mfu_table,
     report,
     training_table,
 )
+from floor import check_against_trace, step_products, time_floor, traced_products
 from machine import commit, cpu_name, kind
 from parity_torch import KINK_MARGIN, batch_away_from_kinks, relative
 from torch_model import TorchTransformer, copy_weights
@@ -273,12 +281,20 @@ def time_training(name: str, config: TransformerConfig, args, peak: float) -> di
         host = random_batch(rng, config.tgt_vocab_size, B, L)
         batches = {impl: to_device(host, impl, args.device) for impl in IMPLS}
         seconds = {impl: [] for impl in IMPLS}
+        products = step_products(config, B, L, L)  # the matmul floor's list (floor.py)
         for rep in range(repeats + 1):  # the first round warms caches and allocators up
             for impl in (IMPLS if rep % 2 == 0 else IMPLS[::-1]):
-                s = timed(functools.partial(steps[impl], batches[impl]), args.device)
+                # the warm-up step of ours on the CPU is traced: the floor's products are
+                # the step's (check_against_trace raises if not)
+                tracing = rep == 0 and impl == "minitransformer" and args.device == "cpu"
+                with traced_products() if tracing else contextlib.nullcontext() as calls:
+                    s = timed(functools.partial(steps[impl], batches[impl]), args.device)
+                if tracing:
+                    check_against_trace(products, calls)
                 if rep > 0:
                     seconds[impl].append(s)
         flops = training_flops(config, B, L, L)
+        assert sum(p.flops for p in products) == flops, "floor.py and training_flops disagree"
         row = {"length": L, "batch": B, "target_tokens": B * L, "flops_per_step": flops}
         for impl in IMPLS:
             median = statistics.median(seconds[impl])
@@ -291,9 +307,14 @@ def time_training(name: str, config: TransformerConfig, args, peak: float) -> di
                                         strict=True)]
         row["ratio"] = {"median": statistics.median(ratios), "min": min(ratios),
                         "max": max(ratios), "per_repetition": ratios}
+        if args.device == "cpu":  # the products alone, after the steps (floor.py)
+            row["floor"] = time_floor(products, args.threads)
+            for impl in IMPLS:
+                row[impl]["step_over_floor"] = row[impl]["median_s"] / row["floor"]["seconds"]
         rows.append(row)
         print(f"  {name} L={L:<4} minitransformer {row['minitransformer']['median_s']:.3f} s"
-              f"  torch {row['torch']['median_s']:.3f} s  ratio {row['ratio']['median']:.2f}",
+              f"  torch {row['torch']['median_s']:.3f} s  ratio {row['ratio']['median']:.2f}"
+              + (f"  matmul floor {row['floor']['seconds']:.3f} s" if "floor" in row else ""),
               flush=True)
     return {"repeats": repeats, "rows": rows}
 
@@ -768,6 +789,9 @@ def main(argv: list[str] | None = None) -> int:
                                for name, config in configs.items()}
         print(training_table(results["training"]) + "\n\n" + mfu_table(results["training"]),
               flush=True)
+        if args.device == "cpu":
+            print("\nstep time over the matmul floor (the step's products alone, floor.py)\n"
+                  + floor_table(results["training"]), flush=True)
 
     if "memory" in args.only:
         measure_all_memory(results, configs, args)
