@@ -75,13 +75,15 @@ class Operand:
 
 @dataclass(frozen=True)
 class Product:
-    """``count`` products a @ b -> out of one step, all of these shapes and layouts."""
+    """``count`` products a @ b -> out of one step, all of these shapes and layouts, made by
+    the autograd Function named ``function``."""
 
     name: str
     a: Operand
     b: Operand
     out: Operand
     count: int = 1
+    function: str = "Linear"
 
     @property
     def flops(self) -> int:
@@ -102,15 +104,16 @@ def flops_of(a_shape: tuple, b_shape: tuple) -> int:
     return 2 * batch * a_shape[-2] * a_shape[-1] * b_shape[-1]
 
 
-def linear_products(name: str, N: int, C_in: int, C_out: int, count: int) -> list[Product]:
+def linear_products(name: str, N: int, C_in: int, C_out: int, count: int,
+                    function: str = "Linear") -> list[Product]:
     """y = x Wᵀ (N, C_in) -> (N, C_out), and its backward dW = doutᵀ x, dx = dout W."""
     return [
         Product(f"{name}: y = x Wᵀ", Operand((N, C_in)), Operand((C_in, C_out), "T"),
-                Operand((N, C_out)), count),
+                Operand((N, C_out)), count, function),
         Product(f"{name}: dW = doutᵀ x", Operand((C_out, N), "T"), Operand((N, C_in)),
-                Operand((C_out, C_in)), count),
+                Operand((C_out, C_in)), count, function),
         Product(f"{name}: dx = dout W", Operand((N, C_out)), Operand((C_out, C_in)),
-                Operand((N, C_in)), count),
+                Operand((N, C_in)), count, function),
     ]
 
 
@@ -122,7 +125,8 @@ def attention_products(name: str, B: int, H: int, T: int, S: int, D: int, q: tup
     kT, vT = ("heads_T", *kv), ("heads_T", kv[0] + 1, kv[1])
     heads = ("heads", 0, 1)              # the output, dout, dQ, dK, dV: (B, T, H, D) in memory
     P, PT = Operand((B, H, T, S)), Operand((B, H, S, T), "T")
-    return [Product(f"{name}: {what}", a, b, out, count) for what, a, b, out in (
+    return [Product(f"{name}: {what}", a, b, out, count, "ScaledDotProductAttention")
+            for what, a, b, out in (
         ("S = Q Kᵀ", Operand((B, H, T, D), ("heads", *q)), Operand((B, H, D, S), kT), P),
         ("out = P V", P, Operand((B, H, S, D), v), Operand((B, H, T, D), heads)),
         ("dV = Pᵀ dout", PT, Operand((B, H, T, D), heads), Operand((B, H, S, D), heads)),
@@ -142,7 +146,7 @@ def step_products(config, B: int, S: int, T: int) -> list[Product]:
         *linear_products("encoder self-attention Q, K, V", Ns, C, 3 * C, N),
         *attention_products("encoder self-attention", B, H, S, S, D, (0, 3), (1, 3), N),
         *linear_products("encoder self-attention W^O", Ns, C, C, N),
-        *linear_products("encoder feed-forward w_1", Ns, C, F, N),
+        *linear_products("encoder feed-forward w_1", Ns, C, F, N, "LinearReLU"),
         *linear_products("encoder feed-forward w_2", Ns, F, C, N),
         *linear_products("decoder self-attention Q, K, V", Nt, C, 3 * C, N),
         *attention_products("decoder self-attention", B, H, T, T, D, (0, 3), (1, 3), N),
@@ -151,7 +155,7 @@ def step_products(config, B: int, S: int, T: int) -> list[Product]:
         *linear_products("decoder cross-attention K, V", Ns, C, 2 * C, N),
         *attention_products("decoder cross-attention", B, H, T, S, D, (0, 1), (0, 2), N),
         *linear_products("decoder cross-attention W^O", Nt, C, C, N),
-        *linear_products("decoder feed-forward w_1", Nt, C, F, N),
+        *linear_products("decoder feed-forward w_1", Nt, C, F, N, "LinearReLU"),
         *linear_products("decoder feed-forward w_2", Nt, F, C, N),
         *linear_products("output projection (tied)", Nt, C, V, 1),
     ]
@@ -277,8 +281,12 @@ def time_floor(products: list[Product], threads: int, repeats: int = 5, seed: in
         for p in products:
             if p.key not in timed:
                 timed[p.key] = time_product(p, threads, pool, repeats, rng)
-            entries.append({"name": p.name, "count": p.count, "a": list(p.a.shape),
-                            "b": list(p.b.shape), "flops": p.flops, **timed[p.key]})
-    return {"seconds": sum(e["count"] * e["seconds"] for e in entries),
-            "flops": sum(p.flops for p in products), "threads": threads, "repeats": repeats,
-            "distinct_products": len(timed), "products": entries}
+            entries.append({"name": p.name, "function": p.function, "count": p.count,
+                            "a": list(p.a.shape), "b": list(p.b.shape), "flops": p.flops,
+                            **timed[p.key]})
+    by_function: dict[str, float] = {}
+    for e in entries:
+        by_function[e["function"]] = by_function.get(e["function"], 0.0) + e["count"] * e["seconds"]
+    return {"seconds": sum(by_function.values()), "flops": sum(p.flops for p in products),
+            "threads": threads, "repeats": repeats, "distinct_products": len(timed),
+            "by_function": by_function, "products": entries}

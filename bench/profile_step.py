@@ -241,6 +241,16 @@ def summary_table(result: dict) -> str:
     return table(["", "ms", "/ floor"], rows)
 
 
+def products_table(result: dict) -> str:
+    """Each Function's matrix products in the profiled step against the same ones alone."""
+    alone, parts = result["floor"]["by_function"], result["profile"]["parts"]
+    rows = [[name, f"{parts[name]['products'] * 1e3:,.0f}", f"{seconds * 1e3:,.0f}",
+             f"{parts[name]['products'] / seconds:.2f}"]
+            for name, seconds in sorted(alone.items(), key=lambda kv: -kv[1]) if name in parts]
+    return table(["matrix products of", "in the step ms", "alone ms", "in the step / alone"],
+                 rows)
+
+
 def parts_table(result: dict) -> str:
     prof = result["profile"]
     rest = prof["seconds"] - prof["products"]
@@ -257,7 +267,8 @@ def report(result: dict) -> str:
     return (f"{result['config_name']}, L = {result['length']}, batch {result['batch']}, "
             f"{result['threads']} threads; {result['machine']['cpu']}; commit "
             f"{result['commit']}; mean of {result['profiled']} profiled steps.\n\n"
-            + summary_table(result) + "\n\n" + parts_table(result) + "\n")
+            + summary_table(result) + "\n\n" + products_table(result) + "\n\n"
+            + parts_table(result) + "\n")
 
 
 # ----------------------------------------------------------------------------- main
