@@ -302,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     tgt = rng.integers(4, args.vocab_size, size=(B, L + 1))
     batch = (rng.integers(4, args.vocab_size, size=(B, L)), np.ascontiguousarray(tgt[:, :-1]),
              np.ascontiguousarray(tgt[:, 1:]))
+    load_at_start = os.getloadavg()[0]  # another process on the cores slows every part
     phases: dict = {}
     step = make_step(model, optimizer, batch, phases)
     print(f"{args.config}, L = {L}, batch {B}, {args.threads} threads", flush=True)
@@ -325,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
                      "rest by autograd Function, engine, modules and Adam",
         "config_name": args.config, "config": config.to_dict(), "length": L, "batch": B,
         "threads": args.threads, "machine": machine(), "kind": kind(), "commit": commit(),
+        "load_average_at_start": load_at_start,
         "step": {"seconds": seconds, "median_s": statistics.median(seconds)},
         "floor": floor, "profiled": args.profiled, "profile": mean_profile(profiles),
         "profiles": profiles,
