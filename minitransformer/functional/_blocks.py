@@ -26,6 +26,7 @@ pool it occupies would never be served.
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import threading
 from collections.abc import Callable
@@ -79,14 +80,49 @@ def set_threads(n: int) -> None:
 
 
 def _executor() -> ThreadPoolExecutor:
-    """The pool of WORKERS threads (a new one when WORKERS changed since the last). An older
-    pool is not shut down: a thread that already holds it may still hand it work, and its
-    idle threads end once nothing refers to it."""
+    """The pool of WORKERS - 1 threads (a new one when WORKERS changed since the last): the
+    thread that hands out work is the last worker. An older pool is not shut down: a thread
+    that already holds it may still hand it work, and its idle threads end once nothing
+    refers to it."""
     global _pool, _pool_workers
     with _pool_lock:
         if _pool is None or _pool_workers != WORKERS:
-            _pool, _pool_workers = ThreadPoolExecutor(WORKERS, "minitransformer"), WORKERS
+            _pool = ThreadPoolExecutor(max(1, WORKERS - 1), "minitransformer")
+            _pool_workers = WORKERS
         return _pool
+
+
+def shared_out(task: Callable[[Any], Any], items: list) -> list:
+    """``[task(item) for item in items]``, the items taken in turn by the calling thread and
+    up to WORKERS - 1 threads of the pool, whichever is free first; BLAS must already be held
+    to one thread. The caller works instead of waiting, a call hands the pool at most one
+    job a thread (not one a block), and a thread the system is not running holds up only the
+    item it has taken. The first error stops the others taking items and is raised once all
+    have stopped (they may be writing into the caller's arrays)."""
+    results: list = [None] * len(items)
+    take = itertools.count().__next__                  # atomic under the GIL
+    failed: list[BaseException] = []
+
+    def drain() -> None:
+        on_worker = getattr(_thread, "on_worker", False)
+        _thread.on_worker = True
+        try:
+            while not failed:
+                i = take()
+                if i >= len(items):
+                    return
+                results[i] = task(items[i])
+        except BaseException as error:
+            failed.append(error)
+        finally:
+            _thread.on_worker = on_worker
+    helpers = [_executor().submit(drain) for _ in range(min(WORKERS, len(items)) - 1)]
+    drain()
+    for helper in helpers:
+        helper.result()
+    if failed:
+        raise failed[0]
+    return results
 
 
 @atexit.register
@@ -145,17 +181,6 @@ def _single_threaded_blas() -> _SingleThreadedBlas:
     return _one_blas_thread
 
 
-def _as_worker_task(function: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``function`` as a task of the pool."""
-    def task(item: Any) -> Any:
-        _thread.on_worker = True
-        try:
-            return function(item)
-        finally:
-            _thread.on_worker = False
-    return task
-
-
 def _in_grad_mode_of_caller(function: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``function`` run in the calling thread's grad mode (each thread has its own). Only
     ``on_workers`` needs it: its tasks call Functions; ``for_blocks`` kernels touch arrays."""
@@ -173,8 +198,7 @@ def on_workers(function: Callable[[Any], Any], items: list) -> list:
     if WORKERS == 1 or len(items) < 2 or getattr(_thread, "on_worker", False):
         return [function(item) for item in items]
     with _single_threaded_blas():
-        return list(_executor().map(_as_worker_task(_in_grad_mode_of_caller(function)),
-                                    items))
+        return shared_out(_in_grad_mode_of_caller(function), items)
 
 
 def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any,
@@ -205,8 +229,7 @@ def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any,
             kernel(rows)
         return
     with _single_threaded_blas():
-        for _ in _executor().map(_as_worker_task(kernel), blocks):  # re-raises a kernel's error
-            pass
+        shared_out(kernel, blocks)                      # re-raises a kernel's error
 
 
 def for_element_blocks(kernel: Callable[..., Any], arrays: tuple, xp: Any) -> None:

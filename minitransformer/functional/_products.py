@@ -49,8 +49,7 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
             return xp.matmul(a, b) if out is None else xp.matmul(a, b, out=out)
         if out is None:
             out = xp.empty(_result_shape(a, b), dtype=a.dtype)
-        for _ in _blocks._executor().map(lambda block: xp.matmul(*block), _blocks_of(a, b, out)):
-            pass                                          # (re-raises a block's error)
+        _blocks.shared_out(lambda block: xp.matmul(*block), _blocks_of(a, b, out))
     return out
 
 

@@ -44,12 +44,12 @@ def test_gradcheck_in_blocks_of_one_row_on_worker_threads(monkeypatch, case):
     monkeypatch.setattr(_blocks, "WORKERS", 2)
     monkeypatch.setattr(_workspace, "MIN_BYTES", 0)
     blocks = []
-    as_task = _blocks._as_worker_task
+    shared_out = _blocks.shared_out
 
-    def counted(function):
-        task = as_task(function)
-        return lambda item: (blocks.append(item), task(item))[1]
-    monkeypatch.setattr(_blocks, "_as_worker_task", counted)
+    def counted(task, items):
+        blocks.extend(items)
+        return shared_out(task, items)
+    monkeypatch.setattr(_blocks, "shared_out", counted)
     report = run_case(case)
     assert report.passed and report.max_rel_error < 1e-6, str(report)
     if case.name in BLOCKED:

@@ -22,14 +22,12 @@ def split_everything(monkeypatch):
     monkeypatch.setattr(_blocks, "WORKERS", 2)
     monkeypatch.setattr(_products, "MIN_SPLIT_FLOPS", 0)
     blocks = []
-    executor = _blocks._executor
+    shared_out = _blocks.shared_out
 
-    class Counting:
-        def map(self, function, items):
-            items = list(items)
-            blocks.append(len(items))
-            return executor().map(function, items)
-    monkeypatch.setattr(_blocks, "_executor", Counting)
+    def counted(task, items):
+        blocks.append(len(items))
+        return shared_out(task, items)
+    monkeypatch.setattr(_blocks, "shared_out", counted)
     return blocks
 
 
@@ -97,9 +95,9 @@ def test_a_product_on_a_worker_thread_stays_on_it(monkeypatch):
 
 
 def test_one_worker_and_small_products_never_touch_the_pool(monkeypatch):
-    def refuse():
+    def refuse(task, items):
         raise AssertionError("the pool was used")
-    monkeypatch.setattr(_blocks, "_executor", refuse)
+    monkeypatch.setattr(_blocks, "shared_out", refuse)
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((64, 48)), rng.standard_normal((48, 40))
     monkeypatch.setattr(_blocks, "WORKERS", 2)
