@@ -118,14 +118,24 @@ class Linear(Function):
         C_out, C_in = weight.shape
         # fwd 1 (undone last): dout gets the same flat view of the leading axes
         dout2 = dout.reshape(-1, C_out)                                 # (N, C_out)
-        if self.relu:  # fwd 4: y = max(0, z)  ->  dz = dout where y > 0, else 0 (as relu)
-            masked = xp.empty_like(dout2)                               # (N, C_out)
-            for_blocks(lambda rows: xp.multiply(dout2[rows], y2[rows] > 0, out=masked[rows]),
-                       dout2.shape[0], C_out * dout2.itemsize, xp)
-            dout2 = masked
+        want_db = self.has_bias and self.needs_input_grad[2]
         dx = dW = db = None
+        if self.relu:  # fwd 4: y = max(0, z)  ->  dz = dout where y > 0, else 0 (as relu)
+            # with fwd 3's db = Σ_rows dz on the same blocks of rows, while they are in cache:
+            # each block adds its rows' share to a partial sum, added up in block order
+            masked = xp.empty_like(dout2)                               # (N, C_out) = dz
+            partial: dict[int, object] = {}
+
+            def mask(rows):
+                dz = xp.multiply(dout2[rows], y2[rows] > 0, out=masked[rows])
+                if want_db:
+                    partial[rows.start] = sum_rows(dz)
+            for_blocks(mask, dout2.shape[0], C_out * dout2.itemsize, xp)
+            dout2 = masked
+            if want_db:
+                db = sum(partial[start] for start in sorted(partial))   # (C_out,)
         # fwd 3: y = y + b  ->  db = Σ_rows dout (b was broadcast over the N rows)
-        if self.has_bias and self.needs_input_grad[2]:
+        elif want_db:
             db = sum_rows(dout2)                                        # (C_out,)
         # fwd 2: y = x Wᵀ  ->  dx = dout W,  dW = doutᵀ x
         if self.needs_input_grad[1]:
