@@ -7,15 +7,19 @@ on every core at once: NumPy releases the GIL inside its loops, so threads work 
 
     for_blocks(kernel, n, row_bytes, xp)    calls kernel(rows) for slices rows covering 0..n
     on_workers(function, items)             [function(item) for item in items], concurrently
+    shared_out(task, items)                 the same, for callers that hold BLAS to one thread
 
 ``kernel`` reads and writes only its own rows of the arrays it closes over, so the result is
 the same, bit for bit, as one call on all rows. On CuPy there is nothing to gain (the GPU
 kernels are fused in ``_cuda.py``) and the kernel runs once on all rows.
 
-While blocks run on the worker threads, BLAS is held to one thread (threadpoolctl): a kernel
-may call matmul on its block (attention does, for Q Kᵀ and P V), and BLAS's own threads on
-top of the workers would fight for the cores. One block per core, each with a single-threaded
-product, is faster than blocks in turn with two-threaded products on small matrices.
+The calling thread is one of the workers: it takes blocks from the same counter as the
+pool's WORKERS - 1 threads, so a call costs one hand-off per thread, not one per block, and a
+thread that the system is not running (another process holds its core) delays only the block
+it holds. While blocks run, BLAS is held to one thread (threadpoolctl): a kernel may call
+matmul on its block (attention does, for Q Kᵀ and P V), and BLAS's own threads on top of the
+workers would fight for the cores; the layers' larger products are cut into blocks the same
+way (``_products.py``), never left to BLAS's threads.
 
 ``on_workers`` runs larger pieces of work the same way (decoding runs one share of a batch's
 sentences per core). Inside a worker, ``for_blocks`` runs its blocks in turn on that thread:
