@@ -63,11 +63,20 @@ class Adam:
         moments), raising its version count: a graph recorded before the step can no longer
         run its backward (``Tensor._version``)."""
         self.step_count += 1
+        self.update(*self.step_scalars(self.step_count))
+
+    def step_scalars(self, step_count: int) -> tuple[float, float]:
+        """(step size, ε̂) of update number ``step_count``: both bias corrections folded into
+        the step size, lr·√(1−β₂ᵗ)/(1−β₁ᵗ), and ε scaled to match, ε·√(1−β₂ᵗ)."""
         beta1, beta2 = self.betas
-        # Fold both bias corrections into the step size: lr·√(1−β₂ᵗ)/(1−β₁ᵗ).
-        step_size = self.lr * math.sqrt(1 - beta2 ** self.step_count) / (
-            1 - beta1 ** self.step_count)
-        eps_hat = self.eps * math.sqrt(1 - beta2 ** self.step_count)
+        correction2 = math.sqrt(1 - beta2 ** step_count)
+        return self.lr * correction2 / (1 - beta1 ** step_count), self.eps * correction2
+
+    def update(self, step_size: Any, eps_hat: Any) -> None:
+        """The update of ``step`` with the given scalars: Python floats, or 0-d arrays of
+        the parameters' dtype on their device, which a captured step (translation/graphs.py)
+        reads there, since a float would be baked into its graph."""
+        beta1, beta2 = self.betas
         for p, m, v in zip(self.params, self.m, self.v, strict=True):
             if p.grad is None:
                 continue
@@ -124,7 +133,7 @@ def _is_number(value: Any) -> bool:
 
 
 def _adam_update(theta: Any, g: Any, m: Any, v: Any, scratch: Any, xp: Any, beta1: float,
-                 beta2: float, step_size: float, eps_hat: float) -> None:
+                 beta2: float, step_size: Any, eps_hat: Any) -> None:
     """One Adam update of θ, m and v (all or a block of their elements), in place."""
     m *= beta1                                               # m = β₁ m + (1 − β₁) g
     m += xp.multiply(g, 1 - beta1, out=scratch)

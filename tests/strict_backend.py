@@ -29,11 +29,17 @@ Deliberately stricter than CuPy:
 * NumPy arrays are refused as indices, and NumPy arrays and lists as values in ``x[i] = v``
   (CuPy accepts them and copies them to the device);
 * ``.data`` and ``.ctypes`` (host memory) are not reachable.
+
+``strict_graphs.py`` adds a stand-in for CUDA stream capture, through the two hooks below
+(``CAPTURE``): while it records, every operation is reported to it, and what CUDA refuses
+during a capture (reading an array on the host, copying host data in, drawing random numbers
+from a generator) raises.
 """
 
 from __future__ import annotations
 
 import contextlib
+import operator
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -48,6 +54,21 @@ _IMPLICIT = (
 )
 _SCALARS = (bool, int, float, complex, numpy.generic)
 _HOST_MEMORY = ("data", "ctypes")  # CuPy's are device pointers: no host buffer to hand out
+_HOST_READS = ("item", "tolist", "tobytes")  # methods that hand the values to the host
+
+
+class CAPTURE:
+    """The stream capture in progress (strict_graphs.py), or None: ``active.operation(func,
+    args, kwargs, result)`` is told every operation, ``active.refuse(what)`` raises for what a
+    capture cannot contain."""
+
+    active: Any = None
+
+
+def _host(what: str) -> None:
+    """``what`` moves data between host and device: refused while a capture records."""
+    if CAPTURE.active is not None:
+        CAPTURE.active.refuse(what)
 
 
 def _unsupported(value: Any) -> TypeError:
@@ -66,6 +87,7 @@ def _unwrap(obj: Any, seen: dict[int, StrictArray], allow_host: bool = False) ->
         return obj._a
     if isinstance(obj, numpy.ndarray):
         if allow_host:
+            _host("copying a host array to the device (xp.asarray of a NumPy array)")
             return obj.copy()
         raise _unsupported(obj)
     if isinstance(obj, list | tuple):
@@ -97,7 +119,9 @@ def _call(
     seen: dict[int, StrictArray] = {}
     args = _unwrap(args, seen, allow_host)
     kwargs = {key: _unwrap(value, seen, allow_host) for key, value in kwargs.items()}
-    return _wrap(func(*args, **kwargs), seen)
+    if CAPTURE.active is None:
+        return _wrap(func(*args, **kwargs), seen)
+    return CAPTURE.active.operation(func, args, kwargs, lambda raw: _wrap(raw, seen))
 
 
 def _operand(other: Any) -> Any:
@@ -171,6 +195,7 @@ class StrictArray:
     # -- leaving the "device": only explicitly
     def get(self) -> numpy.ndarray:
         """A NumPy copy on the host (``cupy.ndarray.get``)."""
+        _host("x.get(): copying an array to the host")
         return self._a.copy()
 
     def __array__(self, *args: Any, **kwargs: Any) -> numpy.ndarray:
@@ -208,14 +233,23 @@ class StrictArray:
         # __dlpack__ (the ways NumPy would find the host buffer) out of reach.
         if name.startswith("_") or name in _HOST_MEMORY:
             raise AttributeError(f"'StrictArray' object has no attribute {name!r}")
+        if name in _HOST_READS:
+            _host(f"x.{name}(): reading an array on the host")
         return _wrap_attribute(getattr(self._a, name))
 
     # -- indexing
     def __getitem__(self, key: Any) -> Any:
-        return _wrap(self._a[_unwrap(key, {})])
+        key = _unwrap(key, {})
+        if CAPTURE.active is None:
+            return _wrap(self._a[key])
+        return CAPTURE.active.operation(operator.getitem, (self._a, key), {}, _wrap)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._a[_unwrap(key, {})] = _operand(value)
+        key, value = _unwrap(key, {}), _operand(value)
+        if CAPTURE.active is None:
+            self._a[key] = value
+        else:
+            CAPTURE.active.operation(operator.setitem, (self._a, key, value), {}, _wrap)
 
     # -- Python protocols
     def __len__(self) -> int:
@@ -225,20 +259,25 @@ class StrictArray:
         return (_wrap(item) for item in self._a)
 
     def __bool__(self) -> bool:
+        _host("bool(x): reading an array on the host")
         return bool(self._a)
 
     def __float__(self) -> float:
+        _host("float(x): reading an array on the host")
         return float(self._a)
 
     def __int__(self) -> int:
+        _host("int(x): reading an array on the host")
         return int(self._a)
 
     def __complex__(self) -> complex:
+        _host("complex(x): reading an array on the host")
         return complex(self._a)
 
     def __index__(self) -> int:
         if self._a.size != 1 or self._a.dtype.kind not in "iu":
             raise TypeError("only integer scalar arrays can be converted to a scalar index")
+        _host("using an array as an index: reading it on the host")
         return int(self._a.item())
 
     def __copy__(self) -> StrictArray:
@@ -252,9 +291,11 @@ class StrictArray:
         return "Strict" + repr(self._a).replace("array", "Array", 1).replace("\n", "\n      ")
 
     def __str__(self) -> str:
+        _host("str(x): reading an array on the host")
         return str(self._a)
 
     def __format__(self, spec: str) -> str:
+        _host("format(x): reading an array on the host")
         return format(self._a, spec)
 
 
@@ -263,8 +304,12 @@ def _operator(name: str, inplace: bool = False) -> Callable[..., Any]:
     method = getattr(numpy.ndarray, name)
 
     def operator(self: StrictArray, *other: Any) -> Any:
-        result = method(self._a, *map(_operand, other))
-        return self if inplace else _wrap(result)
+        operands = (self._a, *map(_operand, other))
+        if CAPTURE.active is not None:
+            result = CAPTURE.active.operation(method, operands, {}, _wrap)
+        else:
+            result = _wrap(method(*operands))
+        return self if inplace else result
 
     operator.__name__ = name
     return operator
@@ -289,6 +334,9 @@ class StrictGenerator:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(f"'StrictGenerator' object has no attribute {name!r}")
+        if CAPTURE.active is not None:
+            CAPTURE.active.refuse(f"drawing random numbers (generator.{name}): a replay would "
+                                  "repeat the capture's draw; draw them outside the graph")
         return _wrap_attribute(getattr(self._rng, name))
 
 
@@ -346,7 +394,8 @@ STRICT_BACKEND = backend.Backend(
     name="strict",
     xp=strict_xp,
     array_types=(StrictArray,),
-    from_host=lambda a: StrictArray(numpy.array(a, copy=True)),
+    from_host=lambda a: (_host("copying a host array to the device"),
+                         StrictArray(numpy.array(a, copy=True)))[1],
     to_host=lambda a: a.get(),
     make_rng=StrictGenerator,
 )

@@ -304,8 +304,12 @@ def cross_entropy_backward(z: Any, row_max: Any, total: Any, row_scale: Any, tar
     return dz
 
 
-def adam_(param: Any, grad: Any, m: Any, v: Any, beta1: float, beta2: float, step: float,
-          eps: float) -> None:
-    """One Adam update of ``param``, ``m`` and ``v`` in place, in one pass."""
+def adam_(param: Any, grad: Any, m: Any, v: Any, beta1: float, beta2: float, step: Any,
+          eps: Any) -> None:
+    """One Adam update of ``param``, ``m`` and ``v`` in place, in one pass. ``step`` and
+    ``eps`` may be 0-d arrays of param's dtype on the GPU (read there by a captured step)."""
     t = param.dtype.type
-    _kernels().adam(grad, t(beta1), t(beta2), t(step), t(eps), param, m, v)
+
+    def scalar(x: Any) -> Any:
+        return x if backend.is_array(x) and not isinstance(x, t) else t(x)
+    _kernels().adam(grad, t(beta1), t(beta2), scalar(step), scalar(eps), param, m, v)

@@ -21,6 +21,9 @@ that E[y] = x exactly, whatever p. (Scaled by 1 / (1 - p) instead, E[y] would dr
 p nears 1: by 0.7% at p = 0.999, by half at p = 0.99999.) At least one level is kept: p above
 1 - 1/131072 drops with probability 1 - 1/65536.
 
+In a captured step (``autograd/graphs.py``) u is drawn outside the graph, into a buffer the
+graph reads, before every replay: each replay gets the mask the eager step would draw.
+
 Dimensions: x any shape (typically (B, T, C)); keep has the shape of x.
 """
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..autograd.function import Function
+from ..autograd.graphs import draw_outside_graph
 from . import _cuda
 from ._blocks import for_element_blocks
 from ._broadcast import require_float
@@ -45,15 +49,18 @@ class Dropout(Function):
     def forward(self, x):
         require_float("dropout", x=x)
         xp = backend.get_array_module(x)
-        generator = backend.rng(backend.device_of(x))
+        device, shape = backend.device_of(x), x.shape
         if _cuda.is_cupy(xp):  # steps 1-2 in one kernel, u a float32 in [0, 1)
-            u = generator.random(x.shape, dtype="float32")
+            u = draw_outside_graph(lambda: backend.rng(device).random(shape, dtype="float32"),
+                                   shape, "float32", xp)
             y, self.saved = _cuda.dropout_forward(x, u, self.p)
             return y
         # 1. keep = [u >= n], u uniform in [0, 65536), n = p as a count of those levels
         threshold = min(round(self.p * self.LEVELS), self.LEVELS - 1)
         self.scale = self.LEVELS / (self.LEVELS - threshold)           # 1 / (1 - p')
-        u = generator.integers(0, self.LEVELS, size=x.shape, dtype=xp.uint16)
+        levels = self.LEVELS  # the closure keeps no Function (a graph's draws outlive it)
+        u = draw_outside_graph(lambda: backend.rng(device).integers(
+            0, levels, size=shape, dtype=xp.uint16), shape, xp.uint16, xp)
         keep, y = xp.empty(x.shape, dtype=bool), xp.empty_like(x)
 
         def apply(u, keep, x, y):  # on blocks of elements, on worker threads

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..autograd.function import Function
+from ..autograd.graphs import is_capturing
 from ..autograd.tensor import Tensor
 from .indexing import on_device_of
 
@@ -65,7 +66,7 @@ def _check_ids(ids, V: int) -> None:
     if ids.dtype.kind not in "iu":
         raise TypeError(f"embedding: token ids must be integers, got dtype {ids.dtype}; "
                         "convert them with .astype('int64') on the array.")
-    if ids.size == 0:
+    if ids.size == 0 or is_capturing():  # a captured step's caller checks before replays
         return
     low, high = int(ids.min()), int(ids.max())
     bad = sorted({i for i in (low, high) if not 0 <= i < V})
