@@ -17,6 +17,8 @@ decoded as one batch; the length penalty is that of Wu et al. (2016, GNMT):
 with |Y| counting the end-of-sentence token.
 
 On the CPU a batch's sentences are decoded in shares, one per core, at once (``_on_cores``).
+On the GPU, ``graphs=DecodingGraphs(model)`` (translation/graphs.py) runs each step after the
+first in a CUDA graph of its shapes, captured the second time those shapes come.
 
 Each sentence's limit is its own length + 50 (not the padded width of its batch), so a
 sentence decodes the same alone and in any batch; it is at most the positional table's
@@ -114,7 +116,7 @@ def _is_index(value: Any) -> bool:
 
 
 def _on_cores(search: Callable[..., list], model: Transformer, src: Tensor, limits: Any,
-              *args: Any) -> list:
+              *args: Any, graphs: Any = None) -> list:
     """``search(model, src, limits, *args)``, a list of one result per sentence of the batch
     ``src`` (with its limits), run on shares of the sentences, one share per core, at once.
 
@@ -125,10 +127,11 @@ def _on_cores(search: Callable[..., list], model: Transformer, src: Tensor, limi
     length every share gets as much work. A sentence's search depends on no other sentence,
     and the shares keep the batch's padded width, so the results are those of one search over
     the whole batch (but for the last bit of a product over fewer rows, which BLAS may round
-    otherwise). On the GPU, or for fewer than 2·MIN_SHARE sentences, there is one share."""
+    otherwise). On the GPU, with graphs (one capture at a time), or for fewer than
+    2·MIN_SHARE sentences, there is one share."""
     B = src.shape[0]
     n = min(_blocks.WORKERS, B // MIN_SHARE)  # set_num_threads may change WORKERS
-    if n < 2 or is_cupy(backend.get_array_module(src.data)):
+    if n < 2 or is_cupy(backend.get_array_module(src.data)) or graphs is not None:
         return search(model, src, limits, *args)
     shares = on_workers(lambda i: search(model, Tensor(src.data[i::n]), limits[i::n], *args),
                         list(range(n)))
@@ -147,6 +150,16 @@ def _decode_prefix(model: Transformer, prefix: Any, memory: Tensor, src_mask: An
     return model.decode(prefix, memory, src_mask, model.new_cache())     # (N, t, V)
 
 
+def _decode_step(model: Transformer, graphs: Any, ids: Any, memory: Tensor, src_mask: Any,
+                 cache: Any) -> Tensor:
+    """Logits (N, 1, V) of the newest ids (N, 1) with the cache: by a graph of the step's
+    shapes when ``graphs`` is given and the cache holds positions already (the first step,
+    which fills the cross-attention cache, runs eagerly)."""
+    if graphs is None or cache.length == 0:
+        return model.decode(ids, memory, src_mask, cache)
+    return graphs.decode(ids, memory, src_mask, cache)
+
+
 def _strip(rows: list[list[int]], eos_id: int) -> list[list[int]]:
     """Each row up to (not including) its first ``eos_id``."""
     return [row[: row.index(eos_id)] if eos_id in row else row for row in rows]
@@ -154,7 +167,8 @@ def _strip(rows: list[list[int]], eos_id: int) -> list[list[int]]:
 
 def greedy_decode(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
                   max_len: int | None = None, use_cache: bool = True,
-                  n_best: int | None = None, length_penalty: float = 0.6) -> list:
+                  n_best: int | None = None, length_penalty: float = 0.6,
+                  graphs: Any = None) -> list:
     """The most probable token at each step, for a batch of sources (B, S).
 
     Stops a sentence at ``eos_id`` (not included in the output) or after ``max_len`` tokens
@@ -165,6 +179,9 @@ def greedy_decode(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
     With ``n_best=1`` (greedy decoding keeps one hypothesis) it returns instead, for each
     sentence, a list of one ``Hypothesis``: the tokens with their log-probabilities, and a
     score log P / lp(|Y|) with α = ``length_penalty``, comparable with beam search's.
+
+    ``graphs`` (a ``translation.graphs.DecodingGraphs`` of this model, GPU only) runs the
+    cached steps in CUDA graphs; the tokens are the same.
     """
     if n_best is not None and (not _is_index(n_best) or n_best != 1):
         raise ValueError(f"greedy decoding keeps one hypothesis, so n_best can only be 1 "
@@ -174,7 +191,7 @@ def greedy_decode(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
     src, limits = _source_and_limits(model, src_ids, max_len, bos_id, eos_id)
     with _generating(model):
         results = _on_cores(_greedy, model, src, limits, bos_id, eos_id, use_cache,
-                            n_best is not None)
+                            n_best is not None, graphs, graphs=graphs)
     if n_best is None:
         return results
     return [[_greedy_hypothesis(tokens, log_probs, eos_id, limit, float(length_penalty))]
@@ -183,7 +200,7 @@ def greedy_decode(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
 
 
 def _greedy(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_id: int,
-            use_cache: bool, with_log_probs: bool) -> list:
+            use_cache: bool, with_log_probs: bool, graphs: Any = None) -> list:
     """Greedy decoding of the sentences ``src`` (B, S), each up to its limit (B,): one token
     list per sentence, or with ``with_log_probs`` (tokens, log-probabilities), both up to and
     including the first EOS."""
@@ -200,7 +217,8 @@ def _greedy(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_id: i
     prefix = xp.full((B, 1), bos_id, dtype=xp.int64)                     # (A, t): BOS, tokens
     for t in range(limit):
         if cache is not None:
-            logits = model.decode(prefix[:, -1:], memory, src_mask, cache)  # (A, 1, V)
+            logits = _decode_step(model, graphs, prefix[:, -1:], memory, src_mask,
+                                  cache)                                  # (A, 1, V)
         else:
             logits = _decode_prefix(model, prefix, memory, src_mask)      # (A, t+1, V)
         z = logits.data[:, -1]                                           # (A, V)
@@ -302,7 +320,7 @@ def _best_continuations(logits: Any, alive_scores: Any, n_cand: int
 def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
                 beam_size: int = 4, length_penalty: float = 0.6, max_len: int | None = None,
                 return_scores: bool = False, use_cache: bool = True,
-                n_best: int | None = None) -> Any:
+                n_best: int | None = None, graphs: Any = None) -> Any:
     """The best of ``beam_size`` hypotheses per sentence, for a batch of sources (B, S).
 
     Every step decodes the newest token of all B·K alive prefixes in one call, and ranks the
@@ -333,6 +351,9 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
     With ``use_cache=False`` every step decodes the B·K whole prefixes again, and the beam
     reordering moves the prefixes instead of the cache (the same result, for benchmarks).
 
+    ``graphs`` (a ``translation.graphs.DecodingGraphs`` of this model, GPU only) runs the
+    cached steps in CUDA graphs; the hypotheses are the same.
+
     A beam wider than the target vocabulary V is searched as asked: the first step fills only
     V of its places (one empty prefix, V tokens), later ones have K·V candidates, and a beam
     wider than every step's candidates never prunes, an exhaustive search (the tests compare
@@ -355,7 +376,8 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
     src, limits = _source_and_limits(model, src_ids, max_len, bos_id, eos_id)
     with _generating(model):
         results = _on_cores(_beam_search, model, src, limits, bos_id, eos_id, int(beam_size),
-                            float(length_penalty), use_cache, int(n_best or 1))
+                            float(length_penalty), use_cache, int(n_best or 1), graphs,
+                            graphs=graphs)
     if n_best is not None:
         return [found[:n_best] for found in results]
     hyps = [found[0].tokens for found in results]
@@ -408,7 +430,8 @@ class _Finished:
 
 
 def _beam_search(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_id: int,
-                 K: int, alpha: float, use_cache: bool, N: int) -> list[list[Hypothesis]]:
+                 K: int, alpha: float, use_cache: bool, N: int,
+                 graphs: Any = None) -> list[list[Hypothesis]]:
     """Beam search over the sentences ``src`` (B, S), each up to its limit (B,): the
     hypotheses of each sentence, best first, at most K; stopping once the N-th best is
     settled."""
@@ -449,7 +472,7 @@ def _beam_search(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_
             newest = model.decode(bos, memory, src_mask, cache).data[:, -1][rows]
         elif cache is not None:
             last = alive_tokens[:, :, -1].reshape(A * K, 1)              # (A·K, 1)
-            newest = model.decode(last, memory, src_mask, cache).data[:, -1]
+            newest = _decode_step(model, graphs, last, memory, src_mask, cache).data[:, -1]
         else:  # alive_tokens are the prefixes, already in beam order
             prefix = xp.concatenate(
                 [xp.full((A, K, 1), bos_id, dtype=ids_dtype), alive_tokens], axis=2)

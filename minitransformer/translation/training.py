@@ -67,6 +67,7 @@ from .checkpoint import (
     save_averaged,
     save_checkpoint,
 )
+from .graphs import GraphedTraining
 from .scoring import corpus_bleu
 from .translator import translate
 
@@ -106,6 +107,7 @@ class TrainConfig:
     keep_last: int = 5             # step checkpoints kept, and averaged at the end
     seed: int = 0
     progress: bool = True
+    cuda_graphs: bool = False      # the step in CUDA graphs (translation/graphs.py), GPU only
 
     def __post_init__(self) -> None:
         if self.max_steps is None and self.max_epochs is None and self.time_budget is None:
@@ -245,6 +247,12 @@ class Trainer:
                               held=sum(a.nbytes for a in parameters),
                               device=backend.device_of(parameters[0]))
         self.optimizer = Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+        self.graphs: GraphedTraining | None = None
+        if config.cuda_graphs:
+            if self.comm.size > 1:  # the gradients' all-reduce runs between the graphs
+                raise ValueError("CUDA graphs train in one process; leave out --cuda-graphs "
+                                 "when running several processes.")
+            self.graphs = GraphedTraining(model, self.optimizer, config.label_smoothing)
         self.state = {"step": 0, "epoch": 0, "batch": 0, "elapsed": 0.0, "tokens": 0,
                       "best_valid_loss": None, "seed": config.seed,
                       "processes": self.comm.size}
@@ -449,7 +457,8 @@ class Trainer:
         start = time.perf_counter()
         self._stopping = False
         self.model.train()
-        self.optimizer.zero_grad()
+        graphs = self.graphs  # None: the eager step
+        self.optimizer.zero_grad() if graphs is None else graphs.zero_grad()
         n_tokens = sum(batch.n_tgt_tokens for batch in group)
         loss_sum = 0.0
         seeds_per_step = max(64, c.accumulate * comm.size)  # one seed per batch, none shared
@@ -458,6 +467,9 @@ class Trainer:
             # dropout masks depend on (seed, step, batch) only: resuming repeats them, and
             # N processes draw the masks one process would draw for the same batches
             backend.manual_seed((c.seed * 1_000_003 + state["step"]) * seeds_per_step + i)
+            if graphs is not None:  # the same, in a graph of the batch's shape
+                loss_sum += graphs.forward_backward(batch)
+                continue
             logits = self.model(batch.src, batch.tgt_in)
             loss = F.cross_entropy(logits, batch.tgt_out, c.label_smoothing,
                                    ignore_index=self.model.config.pad_id)
@@ -475,11 +487,14 @@ class Trainer:
                 f"the loss became {mean_loss} at step {state['step'] + 1} (epoch "
                 f"{state['epoch']}), so training stopped with the last good checkpoint in "
                 f"{self.checkpoints} untouched: lower --lr-scale or set --clip-norm.")
-        allreduce_gradients(self.optimizer.params, comm)  # every process: the whole step's
-        for p in self.optimizer.params:  # summed token gradients -> mean over the tokens
-            if p.grad is not None:
-                p.grad *= 1.0 / n_tokens
-        grad_norm = clip_grad_norm(self.optimizer.params, c.clip_norm)
+        if graphs is not None:  # clipping waits for the update's graph
+            grad_norm = graphs.gradient_norm(n_tokens)
+        else:
+            allreduce_gradients(self.optimizer.params, comm)  # every process: the step's
+            for p in self.optimizer.params:  # summed token gradients -> mean over the tokens
+                if p.grad is not None:
+                    p.grad *= 1.0 / n_tokens
+            grad_norm = clip_grad_norm(self.optimizer.params, c.clip_norm)
         if not math.isfinite(grad_norm):  # a finite loss can still overflow its backward
             raise TrainingError(
                 f"the gradient norm became {grad_norm} at step {state['step'] + 1} (epoch "
@@ -489,7 +504,10 @@ class Trainer:
         state["step"] += 1
         self.optimizer.lr = noam_rate(state["step"], self.model.config.d_model,
                                       c.warmup_steps, c.lr_scale)
-        self.optimizer.step()
+        if graphs is not None:
+            graphs.update(grad_norm, c.clip_norm)
+        else:
+            self.optimizer.step()
         self._stopping = asked > 0
         seconds = time.perf_counter() - start
         tokens = sum(b.n_src_tokens + b.n_tgt_tokens for b in group)

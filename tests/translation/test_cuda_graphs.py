@@ -1,0 +1,235 @@
+"""The captured training and decoding steps (translation/graphs.py), on the strict device.
+
+``strict_graphs.py`` stands in for CUDA stream capture: it records the strict device's
+operations, leaves memory as CUDA would after a capture (nothing computed), replays them on the
+same buffers, and refuses what CUDA refuses while capturing. A step replayed must compute what
+the eager step computes, bit for bit, in float64.
+"""
+
+import numpy as np
+import pytest
+import strict_graphs
+from strict_graphs import CaptureRefused, StrictCapture
+from train_task import make_task
+
+import minitransformer.translation.graphs as graphs_module
+from minitransformer import backend
+from minitransformer import functional as F
+from minitransformer.autograd.graphs import GraphCache, GraphsUnavailable
+from minitransformer.autograd.tensor import Tensor
+from minitransformer.data.batching import make_batch
+from minitransformer.nn import Transformer, TransformerConfig
+from minitransformer.translation.decode import beam_search, greedy_decode
+from minitransformer.translation.graphs import DecodingGraphs
+from minitransformer.translation.training import TrainConfig, Trainer
+
+strict_graphs.install()
+
+
+@pytest.fixture
+def strict64():
+    backend.use("strict")
+    backend.set_default_dtype("float64")
+
+
+def trainer(run_dir, cuda_graphs):
+    tokenizer, data = make_task()
+    backend.manual_seed(0)
+    config = TransformerConfig.named("tiny", tokenizer.vocab_size, d_model=16, d_ff=32)
+    settings = TrainConfig(max_steps=100, warmup_steps=3, clip_norm=0.5, bleu_sentences=0,
+                           progress=False, cuda_graphs=cuda_graphs)
+    return Trainer(Transformer(config), tokenizer, data, settings, run_dir)
+
+
+def batch(seed, B, S, T, V):
+    """B random pairs padded to (B, S) and (B, T): one pair of each full length, the others
+    shorter, so batches of one shape differ in their data and their token counts."""
+    rng = np.random.default_rng(seed)
+    pairs = [(rng.integers(4, V, S).tolist(), rng.integers(4, V, T - 1).tolist())]
+    for _ in range(B - 1):
+        pairs.append((rng.integers(4, V, rng.integers(1, S + 1)).tolist(),
+                      rng.integers(4, V, rng.integers(1, T)).tolist()))
+    return make_batch(pairs)
+
+
+SHAPES = [(4, 6, 5), (4, 6, 5), (4, 6, 5), (3, 7, 4), (3, 7, 4), (4, 6, 5)]
+
+
+def train_both(tmp_path):
+    """The eager and the graphed Trainer, step by step over batches of SHAPES: each step's
+    (eager, graphed) records and parameters."""
+    eager, graphed = trainer(tmp_path / "eager", False), trainer(tmp_path / "graphed", True)
+    V = eager.model.config.src_vocab_size
+    steps = []
+    for i, (B, S, T) in enumerate(SHAPES):
+        records = [t._step([batch(i, B, S, T, V)]) for t in (eager, graphed)]
+        params = [[backend.to_numpy(p.data) for p in t.optimizer.params]
+                  for t in (eager, graphed)]
+        steps.append((records, params))
+    return steps, graphed
+
+
+def test_a_replayed_training_step_gives_the_eager_loss_and_parameters(tmp_path, strict64):
+    """Forward, loss, backward, clipping and Adam, with dropout on: every step equal."""
+    steps, graphed = train_both(tmp_path)
+    for (eager, ours), (eager_params, our_params) in steps:
+        assert ours["loss"] == eager["loss"]
+        assert ours["grad_norm"] == eager["grad_norm"]
+        assert all(np.array_equal(a, b) for a, b in zip(eager_params, our_params, strict=True))
+    assert graphed.graphs.batches.counts["replayed"] == 2  # steps 3 and 6 replay a graph
+
+
+def test_a_new_shape_runs_eagerly_then_is_captured(tmp_path, strict64):
+    steps, graphed = train_both(tmp_path)
+    batches = graphed.graphs.batches
+    assert batches.counts == {"eager": 2, "captured": 2, "replayed": 2, "dropped": 0}
+    assert sorted(key[1][0] for key in batches.graphs) == [(3, 7), (4, 6)]  # src shapes
+    assert batches.fallbacks == {}
+    # the scaling and the update are one graph each, whatever the batch's shape
+    assert graphed.graphs.tails.counts == {"eager": 2, "captured": 2, "replayed": 8,
+                                           "dropped": 0}
+
+
+def test_a_host_read_inside_the_captured_step_is_caught_and_the_step_runs_eagerly(
+        tmp_path, strict64, monkeypatch):
+    """``loss.item()`` inside the graph: the capture is refused, the reason kept, and the
+    steps fall back to eager ones with the eager results."""
+    captured = graphs_module.GraphedTraining._forward_backward
+
+    def reads_the_loss(self, *inputs):
+        token_loss = captured(self, *inputs)
+        token_loss.item()
+        return token_loss
+
+    monkeypatch.setattr(graphs_module.GraphedTraining, "_forward_backward", reads_the_loss)
+    steps, graphed = train_both(tmp_path)
+    batches = graphed.graphs.batches
+    assert batches.counts["captured"] == 0 and batches.counts["replayed"] == 0
+    assert len(batches.fallbacks) == 2
+    assert all("x.item()" in why for why in batches.fallbacks.values())
+    for (eager, ours), _ in steps:
+        assert ours["loss"] == eager["loss"]
+
+
+def test_ids_outside_the_vocabulary_are_refused_before_a_replay(tmp_path, strict64):
+    graphed = trainer(tmp_path, True)
+    V = graphed.model.config.src_vocab_size
+    good = batch(0, 4, 6, 5, V)
+    graphed._step([good])
+    graphed._step([good])  # captured
+    bad = batch(1, 4, 6, 5, V)
+    bad.tgt_out[0, 0] = V
+    with pytest.raises(ValueError, match=f"target token ids must lie in 0..{V - 1}"):
+        graphed._step([bad])
+
+
+def test_dropout_masks_differ_between_replays_and_are_the_eager_masks(strict64):
+    cache = GraphCache("strict")
+    x = backend.as_array(np.ones(64), device="strict")
+
+    def drop(x):
+        return F.dropout(Tensor(x), 0.5).data
+
+    def run(seed, graphed):
+        backend.manual_seed(seed)
+        out = cache("drop", drop, (x,)) if graphed else drop(x)
+        return backend.to_numpy(out).copy()
+
+    run(1, True)  # eager: the warm-up
+    replays = [run(seed, True) for seed in (2, 3, 4)]
+    assert cache.counts["captured"] == 1 and cache.counts["replayed"] == 2
+    assert not np.array_equal(replays[0], replays[1])
+    assert not np.array_equal(replays[1], replays[2])
+    for seed, replayed in zip((2, 3, 4), replays, strict=True):
+        assert np.array_equal(replayed, run(seed, False))
+
+
+@pytest.fixture
+def model_and_sources(strict64):
+    tokenizer, _ = make_task()
+    backend.manual_seed(1)
+    model = Transformer(TransformerConfig.named("tiny", tokenizer.vocab_size, d_model=16,
+                                                d_ff=32))
+    rng = np.random.default_rng(0)
+    sources = rng.integers(4, tokenizer.vocab_size, size=(3, 6))
+    sources[0, 4:] = model.config.pad_id
+    return model, sources, tokenizer
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_a_replayed_decoding_gives_the_eager_tokens(model_and_sources, search):
+    model, sources, tokenizer = model_and_sources
+    decoding = DecodingGraphs(model)
+
+    def decode(graphs):
+        if search == "greedy":
+            return greedy_decode(model, sources, tokenizer.bos_id, tokenizer.eos_id, max_len=7,
+                                 n_best=1, graphs=graphs)
+        return beam_search(model, sources, tokenizer.bos_id, tokenizer.eos_id, beam_size=3,
+                           max_len=7, n_best=2, graphs=graphs)
+
+    eager = decode(None)
+    for _ in range(3):  # warm-up, capture, replay
+        assert decode(decoding) == eager
+    counts = decoding.summary()
+    assert counts["captured"] > 0 and counts["replayed"] > 0 and not counts["fallbacks"]
+
+
+def test_a_cached_decoding_step_replays_after_the_weights_change(model_and_sources):
+    """The stacked projection weights the graphs read are refilled in place."""
+    model, sources, tokenizer = model_and_sources
+    decoding = DecodingGraphs(model)
+    for _ in range(2):
+        greedy_decode(model, sources, tokenizer.bos_id, tokenizer.eos_id, max_len=7,
+                      graphs=decoding)
+    w = model.decoder.layers[0].self_attn.w_k.weight
+    w.data[...] = w.data * 3.0
+    w._bump_version()
+    eager = greedy_decode(model, sources, tokenizer.bos_id, tokenizer.eos_id, max_len=7,
+                          n_best=1)
+    assert greedy_decode(model, sources, tokenizer.bos_id, tokenizer.eos_id, max_len=7,
+                         n_best=1, graphs=decoding) == eager
+    assert decoding.summary()["replayed"] > 0
+
+
+# ----------------------------------------------------------------------------- the stand-in
+
+@pytest.mark.parametrize("what, read", [
+    ("x.get()", lambda x: x.get()),
+    ("x.item()", lambda x: x[0].item()),
+    ("float(x)", lambda x: float(x[0])),
+    ("bool(x)", lambda x: bool(x[0] > 0)),
+    ("copying a host array", lambda x: x + backend.get_backend("strict").xp.asarray(
+        np.ones(3))),
+    ("drawing random numbers", lambda x: backend.rng("strict").random(3)),
+    ("nonzero", lambda x: backend.get_array_module(x).nonzero(x)),
+])
+def test_the_stand_in_refuses_what_cuda_refuses_while_capturing(what, read):
+    x = backend.as_array(np.arange(3.0), device="strict")
+    with pytest.raises(CaptureRefused, match=what.replace("(", r"\(").replace(")", r"\)")):
+        StrictCapture().record(lambda: read(x))
+
+
+def test_the_stand_in_computes_nothing_until_launched_and_bakes_python_scalars_in():
+    x = backend.as_array(np.arange(3.0), device="strict")
+    state = backend.as_array(np.zeros(3), device="strict")
+    rate = 2.0
+    recorder = StrictCapture()
+
+    def step():
+        state[...] += x * rate
+        return state * 1.0
+
+    out = recorder.record(step)
+    assert np.isnan(out.get()).all() and (state.get() == 0).all()  # nothing ran
+    rate = 10.0  # a float is baked into the graph, as in a kernel's arguments
+    recorder.launch(lambda: None)
+    recorder.launch(lambda: None)
+    assert (state.get() == [0.0, 4.0, 8.0]).all() and (out.get() == state.get()).all()
+
+
+def test_graphs_are_refused_on_the_cpu(tmp_path):
+    with pytest.raises(GraphsUnavailable, match="CUDA graphs need a GPU"):
+        GraphCache("cpu")
+    with pytest.raises(GraphsUnavailable, match="CUDA graphs need a GPU"):
+        trainer(tmp_path, True)
