@@ -39,8 +39,9 @@ from typing import Any
 from .. import backend
 
 
-class GraphsUnavailable(RuntimeError):
-    """The device cannot capture graphs (the CPU has no kernel launches to save)."""
+class GraphsUnavailable(ValueError):
+    """Graphs were asked for on a device that cannot capture them (the CPU has no kernel
+    launches to save)."""
 
 
 class _Draw:
@@ -184,8 +185,8 @@ class GraphCache:
 
     def __init__(self, device: str, max_graphs: int = 8, max_failures: int = 3):
         if not supports_graphs(device):
-            raise GraphsUnavailable(f"CUDA graphs need a GPU (device 'cuda'), not {device!r}: "
-                                    "run without them on the CPU.")
+            raise GraphsUnavailable(f"CUDA graphs need a GPU (device 'cuda'), not {device!r}; "
+                                    "leave them out (--cuda-graphs) on the CPU.")
         if max_graphs < 1:
             raise ValueError(f"max_graphs must be at least 1, got {max_graphs}.")
         self.device, self.max_graphs, self.max_failures = device, max_graphs, max_failures

@@ -117,6 +117,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--device", choices=["cpu", "cuda"],
                      help="default: $MINITRANSFORMER_DEVICE, else cpu")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--cuda-graphs", action="store_true",
+                     help="GPU: replay each batch shape's training step as a CUDA graph "
+                          "(one process; docs/performance.md)")
     p.set_defaults(run=run_train)
 
 
@@ -224,7 +227,8 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
             time_budget=None if args.time_budget is None else args.time_budget * 60,
             eval_every=pick("eval_every") or _steps_per_epoch(data, args, comm.size),
             bleu_sentences=args.bleu_sentences,
-            keep_last=args.keep_last, seed=args.seed, progress=not args.no_progress)
+            keep_last=args.keep_last, seed=args.seed, progress=not args.no_progress,
+            cuda_graphs=args.cuda_graphs)
         overrides = {"pre_norm": args.pre_norm}
         if args.dropout is not None:
             overrides["p_dropout"] = args.dropout

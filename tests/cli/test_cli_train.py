@@ -381,3 +381,14 @@ def test_a_language_that_is_no_code_stops_the_command_while_parsing(command, cod
     assert stop.value.code == 2
     assert "argument --src-lang: must be a language code of letters, digits, - and _" in (
         capsys.readouterr().err)
+
+
+def test_cuda_graphs_on_the_cpu_are_refused_in_one_sentence(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus")
+    status = cli.main(["train", "--data", str(corpus), "--src-lang", "xx", "--tgt-lang", "yy",
+                       "--out", str(tmp_path / "run"), "--device", "cpu", "--cuda-graphs",
+                       *TRAIN_ARGS])
+    assert status == 2
+    message = capsys.readouterr().err.strip()
+    assert message == ("minitransformer train: CUDA graphs need a GPU (device 'cuda'), not "
+                       "'cpu'; leave them out (--cuda-graphs) on the CPU.")
