@@ -804,11 +804,19 @@ def main(argv: list[str] | None = None) -> int:
         results["decoding"] = time_decoding(args)
         print(decoding_tables(results["decoding"]), flush=True)
 
+    if args.device == "cuda":  # the same steps replayed as CUDA graphs (cuda_graphs.py)
+        import cuda_graphs
+        graph_args = cuda_graphs.parse_args(["--config", args.configs[0], "--vocab-size",
+                                             str(args.vocab_size), "--checkpoint",
+                                             args.checkpoint, "--data", args.data]
+                                            + (["--quick"] if args.quick else []))
+        results["cuda_graphs"] = cuda_graphs.measure(graph_args)
     results["cuda"] = ("not measured (no GPU)" if args.device == "cpu"
                        else {"gpu": results["machine"]["gpu"], "measured": "every section"})
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(results, indent=1) + "\n")
-    Path(args.markdown).write_text(report(results))
+    Path(args.markdown).write_text(report(results) + (
+        "\n" + cuda_graphs.report(results["cuda_graphs"]) if "cuda_graphs" in results else ""))
     print(f"\nwrote {args.output} and {args.markdown}", flush=True)
     return 0
 

@@ -8,7 +8,10 @@
 #    tests/test_cuda.py checks the fused kernels against the NumPy path (pytest-xdist if
 #    present: the suite is CPU-bound apart from those);
 # 3. bench/compare_torch.py --device cuda (CuPy against CUDA PyTorch), with the options given;
-#    its results go to bench/results/compare_torch.<gpu>.{json,md} (h100 on an NVIDIA H100);
+#    its results go to bench/results/compare_torch.<gpu>.{json,md} (h100 on an NVIDIA H100),
+#    with a last section from bench/cuda_graphs.py: the training step and decoding replayed as
+#    CUDA graphs beside eager, CUDA PyTorch eager and torch.compile; tests/translation/
+#    test_cuda_graphs.py has already run in step 2 (on the strict device's stand-in);
 # 4. with two GPUs or more and mpi4py (the distributed extra): data parallelism through NCCL,
 #    the float64 gradients of two processes against one's (tests/distributed/ranks.py) and a
 #    short two-process training run on the GPUs.
