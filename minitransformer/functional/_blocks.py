@@ -65,6 +65,8 @@ def default_workers() -> int:
 
 
 WORKERS = default_workers()       # set_threads (minitransformer.set_num_threads) changes it
+SOLO = False                      # the calling thread runs every block itself (threads.py's
+                                  # CoreSharing sets it where the pool's threads lose time)
 _pool: ThreadPoolExecutor | None = None
 _pool_workers = 0                 # the number of threads _pool was made with
 _pool_lock = threading.Lock()
@@ -101,8 +103,9 @@ def shared_out(task: Callable[[Any], Any], items: list) -> list:
     up to WORKERS - 1 threads of the pool, whichever is free first; BLAS must already be held
     to one thread. The caller works instead of waiting, a call hands the pool at most one
     job a thread (not one a block), and a thread the system is not running holds up only the
-    item it has taken. The first error stops the others taking items and is raised once all
-    have stopped (they may be writing into the caller's arrays)."""
+    item it has taken. With SOLO set the caller takes every item: the same items, so the
+    same numbers, without the pool's threads. The first error stops the others taking items
+    and is raised once all have stopped (they may be writing into the caller's arrays)."""
     results: list = [None] * len(items)
     take = itertools.count().__next__                  # atomic under the GIL
     failed: list[BaseException] = []
@@ -120,7 +123,8 @@ def shared_out(task: Callable[[Any], Any], items: list) -> list:
             failed.append(error)
         finally:
             _thread.on_worker = on_worker
-    helpers = [_executor().submit(drain) for _ in range(min(WORKERS, len(items)) - 1)]
+    helpers = [] if SOLO else [_executor().submit(drain)
+                               for _ in range(min(WORKERS, len(items)) - 1)]
     drain()
     for helper in helpers:
         helper.result()

@@ -57,6 +57,7 @@ from ..distributed import (
     broadcast_parameters,
 )
 from ..optim import Adam, clip_grad_norm, noam_rate
+from ..threads import CoreSharing, get_num_threads
 from . import memory
 from .checkpoint import (
     CheckpointError,
@@ -406,6 +407,7 @@ class Trainer:
                    disable=not (c.progress and self.is_main), unit="step", dynamic_ncols=True)
         started = self._started = time.perf_counter() - state["elapsed"]
         summary: dict[str, Any] = {}
+        sharing = CoreSharing()  # the pool, or this thread alone where the cores are busy
         try:
             while not self._done(started):
                 self.batcher.set_epoch(state["epoch"])
@@ -413,7 +415,10 @@ class Trainer:
                 while state["batch"] < len(batches) and not self._done(started):
                     per_step = c.accumulate * self.comm.size
                     group = batches[state["batch"]:state["batch"] + per_step]
+                    sharing.start_step()
                     record = self._step(group)
+                    sharing.end_step(record["seconds"], record["tokens"])
+                    record["threads"] = 1 if sharing.alone else get_num_threads()
                     state["batch"] += len(group)
                     if self.comm.size == 1:  # else rank 0's clock, brought by the step
                         state["elapsed"] = time.perf_counter() - started
@@ -436,6 +441,7 @@ class Trainer:
                 summary.update(self._average())
             self.comm.barrier()  # the others wait for rank 0's final model
         finally:
+            sharing.close()
             bar.close()
             log.close()
         return summary
