@@ -23,6 +23,7 @@ from . import backend
 from .autograd.tensor import Tensor
 from .functional import _cuda
 from .functional._blocks import for_element_blocks
+from .functional._products import matmul as product
 from .nn.module import Module, Parameter
 
 
@@ -169,8 +170,8 @@ def clip_grad_norm(params: Iterable[Parameter], max_norm: float | None) -> float
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return 0.0
-    xp = backend.get_array_module(grads[0])
-    norm = math.sqrt(sum(float(xp.vdot(g.ravel(), g.ravel())) for g in grads))
+    # g·g through the library's products: one BLAS thread (see functional/_products.py)
+    norm = math.sqrt(sum(float(product(g.ravel(), g.ravel())) for g in grads))
     if max_norm is not None and norm > max_norm and math.isfinite(norm):
         scale = max_norm / (norm + 1e-6)
         for g in grads:

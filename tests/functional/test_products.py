@@ -5,10 +5,10 @@ is what keeps a training step from stalling when another process holds the cores
 import numpy as np
 import pytest
 
-import minitransformer as mt
 from minitransformer import functional as F
 from minitransformer.functional import _blocks, _products
 from minitransformer.nn import Transformer, TransformerConfig
+from minitransformer.optim import clip_grad_norm
 
 # (a shape, b shape): rows, columns, batched, broadcast batch, 2-D b under a batch, vectors
 SHAPES = [((64, 48), (48, 40)), ((12, 48), (48, 90)), ((3, 2, 20, 8), (3, 2, 8, 30)),
@@ -57,9 +57,9 @@ def test_split_products_write_into_out_even_a_transposed_view(split_everything, 
 
 
 def test_blas_runs_one_thread_inside_every_product_of_a_training_step(monkeypatch):
-    """What a step asks of BLAS: each product it computes, on the calling thread or a worker,
-    with BLAS's thread count at 1 (its spinning threads stall a shared machine), while the
-    count outside the library's work is left as it was."""
+    """What a step asks of BLAS: each product it computes (the gradient's norm too), on the
+    calling thread or a worker, with BLAS's thread count at 1 (its spinning threads stall a
+    shared machine), while the count outside the library's work is left as it was."""
     controller = _blocks.blas_controller()
     if not controller.select(user_api="blas").lib_controllers:
         pytest.skip("threadpoolctl sees no BLAS library in this process")
@@ -78,6 +78,7 @@ def test_blas_runs_one_thread_inside_every_product_of_a_training_step(monkeypatc
     rng = np.random.default_rng(0)
     src, tgt = rng.integers(3, 50, (4, 7)), rng.integers(3, 50, (4, 6))
     F.cross_entropy(model(src, tgt), tgt, label_smoothing=0.1, ignore_index=0).backward()
+    clip_grad_norm(model.parameters(), 1.0)                 # the gradient's norm: g·g
     assert len(seen) > 50 and set(seen) == {1}, sorted(set(seen))
     assert controller.select(user_api="blas").info()[0]["num_threads"] == outside
 
