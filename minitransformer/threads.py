@@ -21,6 +21,7 @@ from __future__ import annotations
 import operator
 import statistics
 import time
+from typing import Any
 
 from .functional import _blocks
 
@@ -71,6 +72,7 @@ class CoreSharing:
         self.next_trial = 0.0                     # the first trial starts at the first step
         self.warm = False                         # the first step (allocations) is not timed
         self.trying: bool | None = None
+        self.blas: Any = None                     # the one-thread BLAS section while alone
 
     def start_step(self) -> None:
         """Set the pool or the calling thread alone for the step about to run."""
@@ -81,7 +83,7 @@ class CoreSharing:
             self.times = {True: [], False: []}
         self.trying = self.plan.pop(0) if self.plan else None
         if self.trying is not None:
-            _blocks.SOLO = self.trying
+            self._set(self.trying)
 
     def end_step(self, seconds: float, tokens: int) -> None:
         """Note how long the step took for how many tokens; after a trial's last step, keep
@@ -93,9 +95,21 @@ class CoreSharing:
             return
         self.times[self.trying].append(seconds / max(1, tokens))
         if not self.plan:
-            _blocks.SOLO = (statistics.median(self.times[True])
-                            < statistics.median(self.times[False]))
+            self._set(statistics.median(self.times[True])
+                      < statistics.median(self.times[False]))
             self.next_trial = time.perf_counter() + self.period
+
+    def _set(self, alone: bool) -> None:
+        """The calling thread alone, with BLAS held to one thread for as long (each product
+        would otherwise set BLAS's count down and up again, which wakes BLAS's threads), or
+        the pool, with BLAS's count as it was."""
+        if alone and not _blocks.SOLO:
+            self.blas = _blocks._single_threaded_blas()
+            self.blas.__enter__()
+        elif not alone and _blocks.SOLO and self.blas is not None:
+            self.blas.__exit__(None, None, None)
+            self.blas = None
+        _blocks.SOLO = alone
 
     @property
     def alone(self) -> bool:
@@ -103,6 +117,7 @@ class CoreSharing:
         return _blocks.SOLO
 
     def close(self) -> None:
+        self._set(False)
         _blocks.SOLO = False
 
 

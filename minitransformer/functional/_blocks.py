@@ -106,6 +106,13 @@ def shared_out(task: Callable[[Any], Any], items: list) -> list:
     item it has taken. With SOLO set the caller takes every item: the same items, so the
     same numbers, without the pool's threads. The first error stops the others taking items
     and is raised once all have stopped (they may be writing into the caller's arrays)."""
+    if SOLO:
+        on_worker = getattr(_thread, "on_worker", False)
+        _thread.on_worker = True
+        try:
+            return [task(item) for item in items]
+        finally:
+            _thread.on_worker = on_worker
     results: list = [None] * len(items)
     take = itertools.count().__next__                  # atomic under the GIL
     failed: list[BaseException] = []
@@ -123,8 +130,7 @@ def shared_out(task: Callable[[Any], Any], items: list) -> list:
             failed.append(error)
         finally:
             _thread.on_worker = on_worker
-    helpers = [] if SOLO else [_executor().submit(drain)
-                               for _ in range(min(WORKERS, len(items)) - 1)]
+    helpers = [_executor().submit(drain) for _ in range(min(WORKERS, len(items)) - 1)]
     drain()
     for helper in helpers:
         helper.result()
