@@ -93,8 +93,18 @@ def test_alone_the_caller_takes_every_block_and_the_step_is_the_same(two_workers
     shared_out = _blocks.shared_out
 
     def watched(task, items):
-        return shared_out(lambda item: (threads.add(threading.get_ident()), task(item))[1],
-                          items)
+        # with the pool, the first two blocks of a call wait for each other: two threads then
+        # hold one each, however late the pool's thread wakes (else the caller may take all)
+        meet = (threading.Barrier(2, timeout=10) if not _blocks.SOLO and len(items) > 1
+                else None)
+        taken = itertools.count()
+
+        def run(item):
+            threads.add(threading.get_ident())
+            if meet is not None and next(taken) < 2:
+                meet.wait()
+            return task(item)
+        return shared_out(run, items)
     monkeypatch.setattr(_blocks, "shared_out", watched)
     pooled_loss, pooled_grads = step()
     assert len(threads) == 2
