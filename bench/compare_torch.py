@@ -648,6 +648,15 @@ def machine_info(args) -> dict:
     return info
 
 
+def cuda_usable() -> bool:
+    """Whether both CuPy and PyTorch see a GPU; minitransformer uses it from then on."""
+    try:
+        mt.use("cuda")
+    except mt.DeviceError:
+        return False
+    return torch.cuda.is_available()
+
+
 def pin_threads(threads: int, argv: list[str]) -> None:
     """NumPy's OpenBLAS reads its thread count once, when it loads: unless the environment
     already says ``threads``, run the script again with it set (torch gets it too). Also
@@ -733,16 +742,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     pin_threads(args.threads, argv)
     torch.set_num_threads(args.threads)
-    if args.device == "cuda":
-        try:
-            mt.use("cuda")
-            usable = torch.cuda.is_available()
-        except mt.DeviceError:
-            usable = False
-        if not usable:
-            print("compare_torch: --device cuda needs an NVIDIA GPU that both CuPy and PyTorch "
-                  "can use, and there is none here.", file=sys.stderr)
-            return 1
+    if args.device == "cuda" and not cuda_usable():
+        print("compare_torch: --device cuda needs an NVIDIA GPU that both CuPy and PyTorch "
+              "can use, and there is none here.", file=sys.stderr)
+        return 1
     configs = {name: TransformerConfig.named(name, args.vocab_size) for name in args.configs}
     results = {
         "benchmark": "minitransformer vs PyTorch eager: parity, training step, MFU, memory, "

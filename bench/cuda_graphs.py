@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from compare_torch import (
     build_pair,
+    cuda_usable,
     decoding_sources,
     make_steps,
     padded_batches,
@@ -210,12 +211,7 @@ def measure(args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        mt.use("cuda")
-        usable = torch.cuda.is_available()
-    except mt.DeviceError:
-        usable = False
-    if not usable:
+    if not cuda_usable():
         print("cuda_graphs: needs an NVIDIA GPU that both CuPy and PyTorch can use, and there "
               "is none here.", file=sys.stderr)
         return 1

@@ -117,8 +117,8 @@ class CoreSharing:
         return _blocks.SOLO
 
     def close(self) -> None:
+        """The pool again, and BLAS's count as it was."""
         self._set(False)
-        _blocks.SOLO = False
 
 
 __all__ = ["CoreSharing", "get_num_threads", "set_num_threads"]

@@ -29,6 +29,7 @@ from typing import Any
 
 from .. import backend
 from . import _blocks, _cuda
+from ._broadcast import broadcast_shapes
 
 # Below this many floating-point operations (2 M N K) a product runs on the calling thread:
 # handing blocks to the pool costs about 0.1 ms, what one core needs for some 10 MFLOP.
@@ -77,15 +78,8 @@ def _result_shape(a: Any, b: Any) -> tuple:
         return b.shape[:-2] + b.shape[-1:]
     if b.ndim == 1:
         return a.shape[:-1]
-    batch = _broadcast(a.shape[:-2], b.shape[:-2])
+    batch = broadcast_shapes("matmul (batch axes)", a.shape[:-2], b.shape[:-2])
     return batch + (a.shape[-2], b.shape[-1])
-
-
-def _broadcast(x: tuple, y: tuple) -> tuple:
-    """NumPy's broadcast of two shapes that are known to broadcast."""
-    n = max(len(x), len(y))
-    x, y = (1,) * (n - len(x)) + x, (1,) * (n - len(y)) + y
-    return tuple(max(i, j) for i, j in zip(x, y, strict=True))
 
 
 def _blocks_of(a: Any, b: Any, out: Any) -> list[tuple]:
