@@ -219,6 +219,21 @@ def test_dropout_same_seed_same_mask_and_backward_uses_it(device):
     assert (host(F.dropout(on(device, data), 0.3)) != first).any()  # the stream moved on
 
 
+def test_dropout_masks_neighbours_independently(device):
+    """The CPU reads four 16-bit draws from each 64-bit word of the generator: every one of
+    the four places in a word drops with probability p, and neighbours (in one word or not)
+    are dropped together with probability p², as independent draws would be."""
+    mt.manual_seed(1)
+    n, p = 400_000, 0.5
+    dropped = host(F.dropout(on(device, np.ones(n)), p)) == 0
+    sigma = np.sqrt(p * (1 - p) / (n // 4))
+    for place in range(4):
+        assert abs(dropped[place::4].mean() - p) < 5 * sigma
+    for gap in (1, 2, 3, 4):
+        both = (dropped[:-gap] & dropped[gap:]).mean()
+        assert abs(both - p * p) < 5 * np.sqrt(p * p * (1 - p * p) / (n - gap))
+
+
 # ----------------------------------------------------------------------------- embedding
 
 def test_embedding_backward_accumulates_repeats_and_skips_the_padding_row(device):
