@@ -14,12 +14,13 @@ from .linalg import linear, linear_relu, matmul
 from .loss import cross_entropy
 from .normalization import layer_norm
 from .reduction import max, mean, sum
+from .residual import dropout_add_layer_norm
 from .shape import broadcast_to, permute, reshape, sum_to, swapaxes, transpose
 
 __all__ = [
     "add", "astype", "broadcast_to", "causal_mask", "concat", "cross_entropy", "div", "dropout",
-    "embedding", "exp", "getitem", "layer_norm", "linear", "linear_relu", "log", "log_softmax",
-    "masked_fill", "matmul", "max", "mean", "mul", "neg", "permute", "pow", "relu", "reshape",
-    "scaled_dot_product_attention", "softmax", "split", "sqrt", "stack", "sub", "sum", "sum_to",
-    "swapaxes", "tanh", "transpose", "where",
+    "dropout_add_layer_norm", "embedding", "exp", "getitem", "layer_norm", "linear", "linear_relu",
+    "log", "log_softmax", "masked_fill", "matmul", "max", "mean", "mul", "neg", "permute", "pow",
+    "relu", "reshape", "scaled_dot_product_attention", "softmax", "split", "sqrt", "stack", "sub",
+    "sum", "sum_to", "swapaxes", "tanh", "transpose", "where",
 ]

@@ -18,9 +18,9 @@ freed so far). A step frees its activations together, so the heap was cut back a
 again every step: 43,000 page faults, some 60 ms of the `small` step's 1.1 s on the Xeon.
 ``keep_freed_memory`` (run when this module loads, on Linux with glibc) fixes both thresholds
 with ``mallopt``: blocks below 32 MiB from the heap, and up to 2 GiB freed at its top kept for
-the next step, as CuPy's pool keeps GPU memory. The peak stays where it was (measured the same); the process
-holds on to that peak until it ends. glibc's own variables ``MALLOC_TRIM_THRESHOLD_`` and
-``MALLOC_MMAP_THRESHOLD_``, when set, win.
+the next step, as CuPy's pool keeps GPU memory. The peak stays where it was (measured the
+same); the process holds on to that peak until it ends. glibc's own variables
+``MALLOC_TRIM_THRESHOLD_`` and ``MALLOC_MMAP_THRESHOLD_``, when set, win.
 """
 
 from __future__ import annotations

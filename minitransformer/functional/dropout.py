@@ -60,10 +60,8 @@ class Dropout(Function):
             y, self.saved = _cuda.dropout_forward(x, u, self.p)
             return y
         # 1. keep = [u >= n], u uniform in [0, 65536), n = p as a count of those levels
-        threshold = min(round(self.p * self.LEVELS), self.LEVELS - 1)
-        self.scale = self.LEVELS / (self.LEVELS - threshold)           # 1 / (1 - p')
-        u = draw_outside_graph(lambda: _uint16s(backend.rng(device), shape, xp),
-                               shape, xp.uint16, xp)
+        threshold, self.scale = levels_kept(self.p)                    # n, 1 / (1 - p')
+        u = draw_levels(device, shape, xp)
         keep, y = xp.empty(x.shape, dtype=bool), xp.empty_like(x)
 
         def apply(u, keep, x, y):  # on blocks of elements, on worker threads
@@ -88,6 +86,19 @@ class Dropout(Function):
             dx *= self.scale
         for_element_blocks(apply, (dout, keep, dx), xp)
         return dx
+
+
+def levels_kept(p: float) -> tuple[int, float]:
+    """(n, 1 / (1 - p')) for the CPU's draws: keep = [u >= n], kept entries scaled."""
+    levels = Dropout.LEVELS
+    threshold = min(round(p * levels), levels - 1)
+    return threshold, levels / (levels - threshold)
+
+
+def draw_levels(device: str, shape: tuple[int, ...], xp):
+    """u of ``shape``, uniform in [0, 65536), from ``device``'s generator (outside a graph)."""
+    return draw_outside_graph(lambda: _uint16s(backend.rng(device), shape, xp),
+                              shape, xp.uint16, xp)
 
 
 def _uint16s(generator, shape: tuple[int, ...], xp):

@@ -40,41 +40,20 @@ class LayerNorm(Function):
 
     def forward(self, x, gain, bias):
         require_float("layer_norm", x=x)
-        if x.ndim == 0:
-            raise ValueError("layer_norm: the input needs at least one axis (the features).")
+        check_gain_bias("layer_norm", x, gain, bias)
         C = x.shape[-1]
-        for name, param in (("gain", gain), ("bias", bias)):
-            if tuple(param.shape) != (C,):
-                raise ValueError(f"layer_norm: {name} of shape {tuple(param.shape)} does not fit "
-                                 f"the input of shape {tuple(x.shape)}: it must be (C,) = ({C},).")
         xp = backend.get_array_module(x)
         if _cuda.is_cupy(xp):  # steps 1-4 in one row kernel
             y, x_hat, rstd = _cuda.layer_norm_forward(x, gain, bias, self.eps)
             self.saved = (x_hat, rstd, gain)
             return y
-        # Steps 1-4 on blocks of rows on worker threads, into two buffers: x̂ and y (which
-        # holds (x - μ)² until step 4).
+        # Steps 1-4 on blocks of rows on worker threads, into two buffers: x̂ and y
         x2 = x.reshape(-1, C)                                           # (N, C)
         x_hat, y = xp.empty_like(x2), xp.empty_like(x2)                 # (N, C) each
         rstd = xp.empty((x2.shape[0], 1), dtype=x.dtype)                # (N, 1)
 
         def normalize(rows):
-            # 1. μ = mean(x) over the features
-            mean = sum_last(x2[rows])[:, None] / C                      # (n, 1)
-            centred = xp.subtract(x2[rows], mean, out=x_hat[rows])      # (n, C) = x - μ
-            # μ is off by the rounding of its sum: x - μ then has a mean of up to an ulp of
-            # |x| (1e-4 for x near 1000 in float32), which a row of variance far below eps
-            # would blow up to x̂ ~ 0.5 where it should be 0. Take that mean out as well: a
-            # constant row then gives exactly x̂ = 0 (as PyTorch's), the others lose nothing
-            centred -= sum_last(centred)[:, None] / C                   # (n, C)
-            # 2. σ² = mean((x - μ)²), rstd = 1 / √(σ² + eps)
-            squares = xp.multiply(centred, centred, out=y[rows])        # (n, C) = (x - μ)²
-            rstd[rows] = 1.0 / xp.sqrt(sum_last(squares)[:, None] / C + self.eps)
-            # 3. x̂ = (x - μ) · rstd
-            centred *= rstd[rows]                                       # (n, C)
-            # 4. y = gain ∘ x̂ + bias
-            xp.multiply(centred, gain, out=squares)
-            squares += bias
+            rstd[rows] = normalize_rows(x2[rows], gain, bias, self.eps, x_hat[rows], y[rows])[2]
         for_blocks(normalize, x2.shape[0], C * x.itemsize, xp)
         shape = x.shape[:-1] + (1,)
         self.saved = (x_hat.reshape(x.shape), rstd.reshape(shape), gain)
@@ -97,35 +76,98 @@ class LayerNorm(Function):
         partial: dict[int, tuple] = {}                                  # block start -> sums
 
         def gradients(rows):
-            d, xh = d2[rows], x_hat2[rows]                              # (n, C) each
-            # fwd 4: y = gain ∘ x̂ + bias  ->  dgain = Σ_rows dout ∘ x̂, dbias = Σ_rows dout
-            d_xh = d * xh                                               # (n, C)
-            partial[rows.start] = (sum_rows(d_xh), sum_rows(d))
-            if dx is None:
-                return
-            #                               dx̂ = g = dout ∘ gain
-            # fwd 3-1: x̂ = (x - μ) · rstd  ->  dx = rstd (g - mean(g) - x̂ mean(g ∘ x̂))
-            # Both means are matrix-vector products with gain, without forming g ∘ x̂:
-            # mean(g) = (dout · gain) / C,  mean(g ∘ x̂) = ((dout ∘ x̂) · gain) / C
-            mean_g = (d @ gain)[:, None] / C                            # (n, 1)
-            mean_gx = (d_xh @ gain)[:, None] / C                        # (n, 1)
-            g = xp.multiply(d, gain, out=dx[rows])                      # (n, C) = g
-            g -= mean_g
-            g -= xp.multiply(xh, mean_gx, out=d_xh)                     # buffer reused
-            g *= rstd2[rows]
+            dx_rows = dx[rows] if dx is not None else None
+            partial[rows.start] = gradient_rows(d2[rows], x_hat2[rows], gain, rstd2[rows], dx_rows)
         for_blocks(gradients, d2.shape[0], C * dout.itemsize, xp)
-        dgain, dbias = partial.pop(0)
-        for start in sorted(partial):
-            dgain, dbias = dgain + partial[start][0], dbias + partial[start][1]
+        dgain, dbias = add_partial_sums(partial)
         dx = dx.reshape(dout.shape) if dx is not None else None
         return (dx, dgain if self.needs_input_grad[1] else None,
                 dbias if self.needs_input_grad[2] else None)
+
+
+# The row kernels, on one block of rows (shared with functional/residual.py).
+
+def normalize_rows(x, gain, bias, eps: float, x_hat, y) -> tuple:
+    """Steps 1-4 on rows x (n, C), written into x_hat and y (n, C) (y holds (x - μ)² until
+    step 4). Returns (μ, shift, rstd), each (n, 1): ``x_hat_rows`` makes x̂ from them again,
+    the same numbers bit for bit."""
+    xp = backend.get_array_module(x)
+    C = x.shape[-1]
+    # 1. μ = mean(x) over the features
+    mean = sum_last(x)[:, None] / C                                     # (n, 1)
+    centred = xp.subtract(x, mean, out=x_hat)                           # (n, C) = x - μ
+    # μ is off by the rounding of its sum: x - μ then has a mean of up to an ulp of |x| (1e-4
+    # for x near 1000 in float32), which a row of variance far below eps would blow up to
+    # x̂ ~ 0.5 where it should be 0. Take that mean out as well: a constant row then gives
+    # exactly x̂ = 0 (as PyTorch's), the others lose nothing
+    shift = sum_last(centred)[:, None] / C                              # (n, 1)
+    centred -= shift
+    # 2. σ² = mean((x - μ)²), rstd = 1 / √(σ² + eps)
+    squares = xp.multiply(centred, centred, out=y)                      # (n, C) = (x - μ)²
+    rstd = 1.0 / xp.sqrt(sum_last(squares)[:, None] / C + eps)          # (n, 1)
+    # 3. x̂ = (x - μ) · rstd
+    centred *= rstd                                                     # (n, C)
+    # 4. y = gain ∘ x̂ + bias
+    xp.multiply(centred, gain, out=squares)
+    squares += bias
+    return mean, shift, rstd
+
+
+def x_hat_rows(x, mean, shift, rstd, out):
+    """x̂ of rows x (n, C) again, into ``out``, from what ``normalize_rows`` returned."""
+    centred = backend.get_array_module(x).subtract(x, mean, out=out)
+    centred -= shift
+    centred *= rstd
+    return centred
+
+
+def gradient_rows(d, x_hat, gain, rstd, dx) -> tuple:
+    """Backward on rows: dout d and x̂ (n, C), rstd (n, 1). Writes dx (n, C) unless it is
+    None; returns these rows' shares of dgain and dbias, (C,) each."""
+    xp = backend.get_array_module(d)
+    C = d.shape[-1]
+    # fwd 4: y = gain ∘ x̂ + bias  ->  dgain = Σ_rows dout ∘ x̂, dbias = Σ_rows dout
+    d_xh = d * x_hat                                                    # (n, C)
+    sums = (sum_rows(d_xh), sum_rows(d))
+    if dx is None:
+        return sums
+    #                               dx̂ = g = dout ∘ gain
+    # fwd 3-1: x̂ = (x - μ) · rstd  ->  dx = rstd (g - mean(g) - x̂ mean(g ∘ x̂))
+    # Both means are matrix-vector products with gain, without forming g ∘ x̂:
+    # mean(g) = (dout · gain) / C,  mean(g ∘ x̂) = ((dout ∘ x̂) · gain) / C
+    mean_g = (d @ gain)[:, None] / C                                    # (n, 1)
+    mean_gx = (d_xh @ gain)[:, None] / C                                # (n, 1)
+    g = xp.multiply(d, gain, out=dx)                                    # (n, C) = g
+    g -= mean_g
+    g -= xp.multiply(x_hat, mean_gx, out=d_xh)                          # buffer reused
+    g *= rstd
+    return sums
+
+
+def add_partial_sums(partial: dict) -> tuple:
+    """dgain, dbias from each block's shares, added in block order (the same numbers however
+    the blocks were spread over threads)."""
+    dgain, dbias = partial.pop(0)
+    for start in sorted(partial):
+        dgain, dbias = dgain + partial[start][0], dbias + partial[start][1]
+    return dgain, dbias
 
 
 def layer_norm(x, gain, bias, eps=1e-6):
     """gain ∘ (x - mean) / √(var + eps) + bias over the last axis: x (..., C), gain and bias
     (C,) -> (..., C)."""
     return LayerNorm(eps)(x, gain, bias)
+
+
+def check_gain_bias(owner: str, x, gain, bias) -> None:
+    """x needs a feature axis, and gain and bias one entry per feature."""
+    if x.ndim == 0:
+        raise ValueError(f"{owner}: the input needs at least one axis (the features).")
+    C = x.shape[-1]
+    for name, param in (("gain", gain), ("bias", bias)):
+        if tuple(param.shape) != (C,):
+            raise ValueError(f"{owner}: {name} of shape {tuple(param.shape)} does not fit "
+                             f"the input of shape {tuple(x.shape)}: it must be (C,) = ({C},).")
 
 
 def check_eps(owner: str, eps: float) -> None:

@@ -95,6 +95,12 @@ def seeded_dropout(x, p=0.3, seed=0):
     return F.dropout(x, p, training=True)
 
 
+def seeded_dropout_add_layer_norm(x, h, gain, bias, p=0.3, seed=0):
+    """LayerNorm(x + Dropout(h)) in training mode, reseeded on every call (one mask)."""
+    backend.manual_seed(seed)
+    return F.dropout_add_layer_norm(x, h, gain, bias, p)
+
+
 # ----------------------------------------------------------------------------- the suite
 
 CASES: list[Case] = [
@@ -169,6 +175,8 @@ CASES: list[Case] = [
     Case("layer_norm", F.layer_norm, inputs(normal(2, 3, 5), normal(5), normal(5)),
          "input, gain, bias"),
     Case("dropout", seeded_dropout, inputs(normal(4, 6)), "training, p=0.3"),
+    Case("dropout_add_layer_norm", seeded_dropout_add_layer_norm,
+         inputs(normal(2, 3, 5), normal(2, 3, 5), normal(5), normal(5)), "training, p=0.3"),
     Case("embedding", lambda W, ids: F.embedding(ids, W),
          inputs(normal(5, 3), fixed([[1, 0, 3, 1, 3], [4, 4, 0, 2, 1]])), "repeated ids"),
     Case("embedding", lambda w, ids: F.embedding(ids, w, padding_idx=0),

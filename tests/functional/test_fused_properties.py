@@ -10,6 +10,7 @@ from hypothesis.extra import numpy as hnp
 
 import minitransformer as mt
 from minitransformer import functional as F
+from minitransformer import nn
 from minitransformer.functional.dropout import Dropout
 
 # The device fixture only switches the current device, so reusing it across examples is safe.
@@ -232,6 +233,58 @@ def test_dropout_masks_neighbours_independently(device):
     for gap in (1, 2, 3, 4):
         both = (dropped[:-gap] & dropped[gap:]).mean()
         assert abs(both - p * p) < 5 * np.sqrt(p * p * (1 - p * p) / (n - gap))
+
+
+# ----------------------------------------------------------------------------- the residual
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_dropout_add_layer_norm_is_the_three_functions_bit_for_bit(device, dtype):
+    """LayerNorm(x + Dropout(h)) fused gives the numbers of dropout, add and layer norm one
+    after the other, forward and every gradient, over many blocks of rows."""
+    shape, C = (3, 700, 48), 48
+    x, h, dout = (RNG.standard_normal(shape).astype(dtype) for _ in range(3))
+    gain, bias = (RNG.standard_normal(C).astype(dtype) for _ in range(2))
+    results = []
+    for fused in (True, False):
+        inputs = [on(device, a, grad=True) for a in (x, h, gain, bias)]
+        mt.manual_seed(4)
+        if fused:
+            y = F.dropout_add_layer_norm(*inputs, p=0.2)
+        else:
+            y = F.layer_norm(inputs[0] + F.dropout(inputs[1], 0.2), inputs[2], inputs[3])
+        y.backward(on(device, dout))
+        results.append([host(y)] + [host(t.grad) for t in inputs])
+    for fused, unfused in zip(*results, strict=True):
+        np.testing.assert_array_equal(fused, unfused)
+
+
+def test_dropout_add_layer_norm_in_evaluation_is_the_layer_norm_of_the_sum(device):
+    x, h = (on(device, RNG.standard_normal((2, 3, 4))) for _ in range(2))
+    gain, bias = on(device, np.ones(4)), on(device, np.zeros(4))
+    expected = host(F.layer_norm(x + h, gain, bias))
+    for y in (F.dropout_add_layer_norm(x, h, gain, bias, 0.5, training=False),
+              F.dropout_add_layer_norm(x, h, gain, bias, 0.0)):
+        np.testing.assert_array_equal(host(y), expected)
+
+
+def test_dropout_add_layer_norm_names_mismatched_shapes():
+    x, gain, bias = mt.tensor(np.ones((2, 4))), mt.tensor(np.ones(4)), mt.tensor(np.zeros(4))
+    with pytest.raises(ValueError, match=r"the residual x \(2, 4\) and the sub-layer's output "
+                                         r"h \(2, 3\) must have one shape"):
+        F.dropout_add_layer_norm(x, mt.tensor(np.ones((2, 3))), gain, bias, 0.1)
+    with pytest.raises(ValueError, match=r"gain of shape \(3,\) does not fit"):
+        F.dropout_add_layer_norm(x, x, mt.tensor(np.ones(3)), bias, 0.1)
+
+
+def test_residual_in_training_runs_one_function_and_in_evaluation_three():
+    """Post-LN Residual: the fused Function in training; in evaluation (no dropout) the
+    layer norm of the sum, whose graph still shows its parts."""
+    residual = nn.Residual(4, p_dropout=0.1)
+    x = mt.tensor(RNG.standard_normal((2, 3, 4)).astype("float32"), requires_grad=True)
+    y = residual(x, lambda t: t * 2.0)
+    assert y.creator.name == "DropoutAddLayerNorm"
+    residual.eval()
+    assert residual(x, lambda t: t * 2.0).creator.name == "LayerNorm"
 
 
 # ----------------------------------------------------------------------------- embedding
