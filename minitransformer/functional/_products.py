@@ -34,6 +34,10 @@ from ._broadcast import broadcast_shapes
 # Below this many floating-point operations (2 M N K) a product runs on the calling thread:
 # handing blocks to the pool costs about 0.1 ms, what one core needs for some 10 MFLOP.
 MIN_SPLIT_FLOPS = 32_000_000
+# A matrix product is split only where every block gets at least this many rows (columns):
+# each block packs the whole shared operand again, which thin blocks do not pay back (the
+# tiny model's (32, 7000) @ (7000, 32) ran slower in two blocks of 16 rows than in one call).
+MIN_BLOCK_ROWS = 64
 
 
 def matmul(a: Any, b: Any, out: Any = None) -> Any:
@@ -67,7 +71,9 @@ def _worth_splitting(a: Any, b: Any) -> bool:
         batch *= n
     if 2 * batch * M * N * K < MIN_SPLIT_FLOPS:
         return False
-    return len(shape) == 2 or shape[0] >= 2
+    if len(shape) == 2:
+        return max(M, N) >= 2 * MIN_BLOCK_ROWS
+    return shape[0] >= 2
 
 
 def _result_shape(a: Any, b: Any) -> tuple:
@@ -93,8 +99,8 @@ def _blocks_of(a: Any, b: Any, out: Any) -> list[tuple]:
         return [(part(a, s), part(b, s), out[s]) for s in _shares(out.shape[0], workers)]
     M, N = out.shape
     if M >= N:
-        return [(a[s], b, out[s]) for s in _shares(M, workers)]
-    return [(a, b[:, s], out[:, s]) for s in _shares(N, workers)]
+        return [(a[s], b, out[s]) for s in _shares(M, min(workers, M // MIN_BLOCK_ROWS))]
+    return [(a, b[:, s], out[:, s]) for s in _shares(N, min(workers, N // MIN_BLOCK_ROWS))]
 
 
 def _shares(n: int, parts: int) -> list[slice]:

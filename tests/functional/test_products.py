@@ -21,6 +21,7 @@ def split_everything(monkeypatch):
     """Two workers, and every product of matrices large enough to be split."""
     monkeypatch.setattr(_blocks, "WORKERS", 2)
     monkeypatch.setattr(_products, "MIN_SPLIT_FLOPS", 0)
+    monkeypatch.setattr(_products, "MIN_BLOCK_ROWS", 1)
     blocks = []
     shared_out = _blocks.shared_out
 
@@ -93,6 +94,25 @@ def test_a_product_on_a_worker_thread_stays_on_it(monkeypatch):
     got = _blocks.on_workers(lambda pair: _products.matmul(*pair), pairs)
     for (a, b), product in zip(pairs, got, strict=True):
         np.testing.assert_allclose(product, a @ b, rtol=1e-12)
+
+
+def test_thin_products_are_not_split_and_blocks_keep_their_rows(monkeypatch):
+    """Every block of a split product has at least MIN_BLOCK_ROWS rows (or columns): each
+    packs the shared operand again, which thinner blocks do not pay back."""
+    split = []
+    shared_out = _blocks.shared_out
+    monkeypatch.setattr(_blocks, "shared_out",
+                        lambda task, items: split.append(len(items)) or shared_out(task, items))
+    monkeypatch.setattr(_products, "MIN_SPLIT_FLOPS", 0)
+    rng = np.random.default_rng(4)
+    rows = _products.MIN_BLOCK_ROWS
+    for workers, M, N, blocks in [(2, rows, 32, 0), (2, 2 * rows, 32, 2), (8, 4 * rows, 32, 4),
+                                  (8, 32, 3 * rows, 3)]:
+        monkeypatch.setattr(_blocks, "WORKERS", workers)
+        a, b = rng.standard_normal((M, 300)), rng.standard_normal((300, N))
+        split.clear()
+        np.testing.assert_allclose(_products.matmul(a, b), a @ b, rtol=1e-12)
+        assert split == ([blocks] if blocks else []), (workers, M, N)
 
 
 def test_one_worker_and_small_products_never_touch_the_pool(monkeypatch):
