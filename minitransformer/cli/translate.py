@@ -75,6 +75,24 @@ def _checkpoint_options(p: argparse.ArgumentParser) -> None:
                         "most 256; 256 on the GPU); the translations do not depend on it")
     p.add_argument("--device", choices=["cpu", "cuda"],
                    help="default: $MINITRANSFORMER_DEVICE, else cpu")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="GPU: replay each shape's decoding step as a CUDA graph "
+                        "(docs/performance.md)")
+
+
+def _decoding_graphs(model: Any, args: argparse.Namespace) -> Any:
+    """The model's decoding steps in CUDA graphs when --cuda-graphs asks for them, else None;
+    a DataError on a device that has none."""
+    from ..autograd.graphs import GraphsUnavailable
+    from ..data.errors import DataError
+    from ..translation.graphs import DecodingGraphs
+
+    if not args.cuda_graphs:
+        return None
+    try:
+        return DecodingGraphs(model)
+    except GraphsUnavailable as exc:
+        raise DataError(str(exc)) from None
 
 
 def _direction(args: argparse.Namespace, trained: tuple[str, str] | None
@@ -117,6 +135,7 @@ def run_translate(args: argparse.Namespace) -> int:
         model, tokenizer = load_translator(args.checkpoint)
         if beam_problem(model.config.tgt_vocab_size, args.beam):
             raise DataError(beam_problem(model.config.tgt_vocab_size, args.beam))
+        graphs = _decoding_graphs(model, args)
         if args.alignment:
             try:
                 check_layer(model, -1 if args.alignment_layer is None else args.alignment_layer)
@@ -142,7 +161,7 @@ def run_translate(args: argparse.Namespace) -> int:
     out = _Output(args.output)
     if not live:
         try:
-            out.write(_translations(model, tokenizer, batches[0], args, 0))
+            out.write(_translations(model, tokenizer, batches[0], args, 0, graphs))
         except MemoryLimitError as exc:  # not even one sentence fits (a smaller batch would)
             print(f"minitransformer translate: {exc}", file=sys.stderr)
             return 2
@@ -165,7 +184,7 @@ def run_translate(args: argparse.Namespace) -> int:
                           "convert the text to UTF-8 (e.g. with iconv).", file=sys.stderr)
                     sentences.append("")
                     status = 1
-            out.write(_translations(model, tokenizer, sentences, args, first))
+            out.write(_translations(model, tokenizer, sentences, args, first, graphs))
             first += len(sentences)
     except KeyboardInterrupt:  # Ctrl-C at the prompt: the translations so far are out
         print(file=sys.stderr)
@@ -198,19 +217,20 @@ def _translate_options_problem(args: argparse.Namespace) -> str | None:
 
 
 def _translations(model: Any, tokenizer: Any, sentences: list[str], args: argparse.Namespace,
-                  first: int) -> str:
+                  first: int, graphs: Any = None) -> str:
     """The text translate prints for ``sentences`` (numbered from ``first``), in the format
     its options ask for."""
     from ..translation.translator import translate, translate_n_best
 
     if not (args.n_best or args.alignment or args.json):  # the translations alone
         return "".join(line + "\n" for line in translate(
-            model, tokenizer, sentences, args.beam, args.length_penalty, args.batch_size))
+            model, tokenizer, sentences, args.beam, args.length_penalty, args.batch_size,
+            graphs))
     layer = None
     if args.alignment:
         layer = -1 if args.alignment_layer is None else args.alignment_layer
     found = translate_n_best(model, tokenizer, sentences, args.beam, args.length_penalty,
-                             args.n_best or 1, args.batch_size, layer)
+                             args.n_best or 1, args.batch_size, layer, graphs)
     if args.json:
         return "".join(json.dumps(t.to_json(), ensure_ascii=False) + "\n" for t in found)
 
@@ -288,6 +308,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         model, tokenizer, trained = load_translator_and_languages(args.checkpoint)
         if beam_problem(model.config.tgt_vocab_size, args.beam):
             raise DataError(beam_problem(model.config.tgt_vocab_size, args.beam))
+        graphs = _decoding_graphs(model, args)
         if args.data:
             split = args.split or "test"
             corpus = load_corpus(args.data, *_direction(args, trained), splits=[split])
@@ -300,7 +321,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return 2
     try:
         result = score(model, tokenizer, pairs, args.beam, args.length_penalty, args.output,
-                       args.batch_size, args.n_best)
+                       args.batch_size, args.n_best, graphs)
     except MemoryLimitError as exc:  # not even one sentence fits (a smaller batch would)
         print(f"minitransformer evaluate: {exc}", file=sys.stderr)
         return 2

@@ -98,16 +98,20 @@ def oracle_bleu(n_best: list[list[str]], references: list[str]) -> Score:
 
 def score(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], beam: int,
           length_penalty: float = 0.6, output: str | Path | None = None,
-          batch_size: int | None = None, n_best: int | None = None) -> dict[str, Any]:
+          batch_size: int | None = None, n_best: int | None = None,
+          graphs: Any = None) -> dict[str, Any]:
     """Translate the sources of ``pairs`` and score them against the targets. With
     ``n_best`` (at most ``beam``), the best hypothesis is scored as without, and the oracle
-    BLEU of the ``n_best`` lists is added (``oracle_bleu``)."""
+    BLEU of the ``n_best`` lists is added (``oracle_bleu``). ``graphs`` as for
+    ``translate``."""
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     if n_best is None:
-        hypotheses = translate(model, tokenizer, sources, beam, length_penalty, batch_size)
+        hypotheses = translate(model, tokenizer, sources, beam, length_penalty, batch_size,
+                               graphs)
     else:
         lists = [[h.text for h in t.hypotheses] for t in translate_n_best(
-            model, tokenizer, sources, beam, length_penalty, n_best, batch_size)]
+            model, tokenizer, sources, beam, length_penalty, n_best, batch_size,
+            graphs=graphs)]
         hypotheses = [texts[0] if texts else "" for texts in lists]
     if output:
         Path(output).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")

@@ -116,21 +116,23 @@ def _check_beam(model: Any, beam_size: Any) -> None:
 
 
 def translate(model: Any, tokenizer: Any, sentences: list[str], beam_size: int = 1,
-              length_penalty: float = 0.6, batch_size: int | None = None) -> list[str]:
+              length_penalty: float = 0.6, batch_size: int | None = None,
+              graphs: Any = None) -> list[str]:
     """Translations of ``sentences``, in order: greedy when ``beam_size`` is 1, else beam
     search (§6.1: beam 4, length penalty 0.6, at most source length + 50 tokens), which may
     be at most the target vocabulary wide. Sentences are decoded in batches of similar
     length, ``batch_size`` at a time (default: ``default_batch_size``), fewer where memory
-    is short (see above); the translations do not depend on it."""
+    is short (see above); the translations do not depend on it. On the GPU, ``graphs`` (a
+    ``DecodingGraphs`` of the model) replays the decoding steps as CUDA graphs."""
     _check_beam(model, beam_size)
     outputs = [""] * len(sentences)
     for rows, src in _batches(model, tokenizer, sentences, batch_size, beam_size=beam_size):
         # each sentence's limit is its own length + 50, whatever its batch (decode.py)
         if beam_size == 1:
-            ids = greedy_decode(model, src, tokenizer.bos_id, tokenizer.eos_id)
+            ids = greedy_decode(model, src, tokenizer.bos_id, tokenizer.eos_id, graphs=graphs)
         else:
             ids = beam_search(model, src, tokenizer.bos_id, tokenizer.eos_id, beam_size,
-                              length_penalty)
+                              length_penalty, graphs=graphs)
         for i, out in zip(rows, ids, strict=True):
             outputs[i] = tokenizer.decode(out)
     return outputs
@@ -139,13 +141,15 @@ def translate(model: Any, tokenizer: Any, sentences: list[str], beam_size: int =
 def translate_n_best(model: Any, tokenizer: Any, sentences: list[str], beam_size: int = 4,
                      length_penalty: float = 0.6, n_best: int = 1,
                      batch_size: int | None = None,
-                     alignment_layer: int | None = None) -> list[Translation]:
+                     alignment_layer: int | None = None, graphs: Any = None
+                     ) -> list[Translation]:
     """``translate`` with everything the search knows: for each sentence a ``Translation``,
     its ``n_best`` best hypotheses (1 with greedy decoding, ``beam_size`` 1), each with its
     text, pieces, per-token log-probabilities, log P and score (the ranking of beam search,
     log P / lp(|Y|), finished hypotheses first); with ``alignment_layer`` (a decoder layer,
     -1 the last) also its alignment to the source (``alignment.py``). The first hypothesis's
-    text is what ``translate`` returns. An empty sentence has no hypotheses."""
+    text is what ``translate`` returns. An empty sentence has no hypotheses. ``graphs`` as
+    for ``translate``."""
     if beam_size == 1 and n_best != 1:
         raise ValueError(f"greedy decoding (beam size 1) keeps one hypothesis, so n_best "
                          f"must be 1, got {n_best!r}; use a beam of at least {n_best!r}.")
@@ -161,10 +165,10 @@ def translate_n_best(model: Any, tokenizer: Any, sentences: list[str], beam_size
                               aligned):
         if beam_size == 1:
             lists = greedy_decode(model, src, tokenizer.bos_id, eos, n_best=1,
-                                  length_penalty=length_penalty)
+                                  length_penalty=length_penalty, graphs=graphs)
         else:
             lists = beam_search(model, src, tokenizer.bos_id, eos, beam_size,
-                                length_penalty, n_best=n_best)
+                                length_penalty, n_best=n_best, graphs=graphs)
         for i, hyps in zip(rows, lists, strict=True):
             found[i] = hyps
         if alignment_layer is not None:  # one teacher-forced pass for the batch's hypotheses

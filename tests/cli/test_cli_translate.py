@@ -195,6 +195,18 @@ def test_options_that_cannot_work_together_are_refused(checkpoint, capsys, args,
     assert message in err
 
 
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_cuda_graphs_on_the_cpu_are_refused_in_one_sentence(checkpoint, capsys, command):
+    data = str(checkpoint.parent.parent.parent / "corpus")
+    args = ["ka lo"] if command == "translate" else ["--data", data]
+    status = cli.main([command, "--checkpoint", str(checkpoint), "--device", "cpu",
+                       "--cuda-graphs", *args])
+    out, err = capsys.readouterr()
+    assert status == 2 and out == ""
+    assert err.strip() == (f"minitransformer {command}: CUDA graphs need a GPU (device "
+                           "'cuda'), not 'cpu'; leave them out (--cuda-graphs) on the CPU.")
+
+
 def test_an_empty_input_file_is_nothing_to_translate(checkpoint, capsys, tmp_path):
     (tmp_path / "empty.txt").write_text("")
     status, out, err = translate_cli(capsys, checkpoint, "--input", str(tmp_path / "empty.txt"))

@@ -21,7 +21,9 @@ from minitransformer.data.batching import make_batch
 from minitransformer.nn import Transformer, TransformerConfig
 from minitransformer.translation.decode import beam_search, greedy_decode
 from minitransformer.translation.graphs import DecodingGraphs
+from minitransformer.translation.scoring import score
 from minitransformer.translation.training import TrainConfig, Trainer
+from minitransformer.translation.translator import translate, translate_n_best
 
 strict_graphs.install()
 
@@ -173,6 +175,25 @@ def test_a_replayed_decoding_gives_the_eager_tokens(model_and_sources, search):
         assert decode(decoding) == eager
     counts = decoding.summary()
     assert counts["captured"] > 0 and counts["replayed"] > 0 and not counts["fallbacks"]
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_translate_and_score_with_graphs_give_the_eager_text(model_and_sources, beam):
+    """What `translate --cuda-graphs` and `evaluate --cuda-graphs` run: the same
+    translations and scores as without graphs, with steps replayed."""
+    model, _, tokenizer = model_and_sources
+    _, data = make_task()
+    sentences, references = data.valid_sources[:6], data.valid_references[:6]
+    pairs = list(zip(sentences, references, strict=True))
+    decoding = DecodingGraphs(model, max_graphs=512)  # the untrained model runs to its limit
+    eager = translate(model, tokenizer, sentences, beam)
+    eager_score = score(model, tokenizer, pairs, beam)
+    for _ in range(3):  # the shapes are warmed up, then captured, then replayed
+        assert translate(model, tokenizer, sentences, beam, graphs=decoding) == eager
+    assert score(model, tokenizer, pairs, beam, graphs=decoding) == eager_score
+    n_best = translate_n_best(model, tokenizer, sentences, beam, graphs=decoding)
+    assert [t.hypotheses[0].text if t.hypotheses else "" for t in n_best] == eager
+    assert decoding.summary()["replayed"] > 0
 
 
 def test_a_cached_decoding_step_replays_after_the_weights_change(model_and_sources):
