@@ -143,6 +143,21 @@ print(check_function(dropout_fixed_mask, x, name="dropout, a fixed mask"))
 print(inspect.getsource(Residual.forward))
 
 # %% [markdown]
+# In training, the post-LN branch hands its three steps to one Function,
+# `F.dropout_add_layer_norm`, which runs them together on blocks of rows while they sit in the
+# cache, for fewer passes over memory (`docs/performance.md`). It computes the same numbers,
+# bit for bit, as dropout, the sum and the layer norm one after the other, from the same seed:
+
+# %%
+x, h = (mt.tensor(rng.standard_normal((2, 3, 8)).astype("float32")) for _ in range(2))
+gain, bias = mt.ones(8), mt.zeros(8)
+mt.manual_seed(7)
+fused = F.dropout_add_layer_norm(x, h, gain, bias, p=0.1)
+mt.manual_seed(7)
+three_steps = F.layer_norm(x + F.dropout(h, 0.1), gain, bias)
+print("the same numbers:", np.array_equal(fused.data, three_steps.data))
+
+# %% [markdown]
 # and the sums of the embeddings and the positional encodings go through one more `Dropout`
 # before the first layer of each stack (`nn/transformer.py`):
 

@@ -31,6 +31,7 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parents[1]
 ATTENTION = "minitransformer/functional/attention.py"
 LAYER_NORM = "minitransformer/functional/normalization.py"
+RESIDUAL = "minitransformer/functional/residual.py"
 ACTIVATION = "minitransformer/functional/activation.py"
 LOSS = "minitransformer/functional/loss.py"
 LINALG = "minitransformer/functional/linalg.py"
@@ -130,6 +131,15 @@ MUTANTS = [
     Mutant('mean_gx-without-gain', LAYER_NORM,
            'mean_gx = (d_xh @ gain)[:, None] / C',
            'mean_gx = d_xh.sum(axis=-1)[:, None] / C'),
+    Mutant('residual-dh-unscaled', RESIDUAL,
+           '                dh_rows *= scale\n',
+           '                pass\n'),
+    Mutant('residual-dh-without-mask', RESIDUAL,
+           'dh_rows = xp.multiply(dr[rows], keep[rows], out=dh[rows])',
+           'dh_rows = xp.multiply(dr[rows], 1, out=dh[rows])'),
+    Mutant('residual-xhat-mean-of-first-rows', RESIDUAL,
+           'x_hat = x_hat_rows(r[rows], mean[rows], shift[rows], rstd[rows],',
+           'x_hat = x_hat_rows(r[rows], mean[:rows.stop - rows.start], shift[rows], rstd[rows],'),
     Mutant('softmax-drop-rowsum', ACTIVATION,
            'return y * (dout - (dout * y).sum(axis=self.axis, keepdims=True))',
            'return y * dout'),

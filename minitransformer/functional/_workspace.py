@@ -16,7 +16,8 @@ tokens) come from glibc's heap, which gives memory back to the system whenever m
 trim threshold lies free at the top, and glibc sets that threshold low (twice the largest block
 freed so far). A step frees its activations together, so the heap was cut back and faulted in
 again every step: 43,000 page faults, some 60 ms of the `small` step's 1.1 s on the Xeon.
-``keep_freed_memory`` (run when this module loads, on Linux with glibc) fixes both thresholds
+``keep_freed_memory`` (run at the first call of ``empty``, on Linux with glibc: when the first
+linear layer runs on the CPU) fixes both thresholds
 with ``mallopt``: blocks below 32 MiB from the heap, and up to 2 GiB freed at its top kept for
 the next step, as CuPy's pool keeps GPU memory. The peak stays where it was (measured the
 same); the process holds on to that peak until it ends. glibc's own variables
@@ -37,13 +38,19 @@ from .. import backend
 MIN_BYTES = 32 * 2**20     # smaller arrays come back from malloc's own free lists anyway
 MAX_KEPT_BYTES = 2**30     # kept blocks, in use or free, in all
 _blocks: list[Any] = []  # 1-D uint8 NumPy buffers
+_keeps_freed_memory: bool | None = None  # None until the first call of empty
 _lock = threading.Lock()  # threads decoding shares of a batch ask at once
 
 
 def empty(shape: tuple[int, ...], dtype: Any, xp: Any) -> Any:
+    global _keeps_freed_memory
     dtype = backend.as_dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
-    if xp is not backend.get_backend("cpu").xp or nbytes < MIN_BYTES:
+    if xp is not backend.get_backend("cpu").xp:
+        return xp.empty(shape, dtype=dtype)
+    if _keeps_freed_memory is None:
+        _keeps_freed_memory = keep_freed_memory()
+    if nbytes < MIN_BYTES:
         return xp.empty(shape, dtype=dtype)
     with _lock:  # a block found unused is taken (referred to) before another thread looks
         free = [i for i in range(len(_blocks)) if _blocks[i].nbytes >= nbytes and _unused(i)]
@@ -80,17 +87,16 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # mallopt's parameters in <mallo
 def keep_freed_memory() -> bool:
     """Fix glibc's mmap and trim thresholds (see the module's docstring); False where there is
     no glibc, or where the user set either threshold in the environment."""
-    if any(f"MALLOC_{name}_THRESHOLD_" in os.environ for name in ("TRIM", "MMAP")):
+    if not sys.platform.startswith("linux") or any(
+            f"MALLOC_{name}_THRESHOLD_" in os.environ for name in ("TRIM", "MMAP")):
         return False
     try:
         libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
-        libc.gnu_get_libc_version  # noqa: B018  (glibc, not musl or macOS's libc)
-    except (AttributeError, OSError):
+        libc.gnu_get_libc_version  # noqa: B018  (glibc, not musl)
+    except (AttributeError, OSError, TypeError):
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)
                 and mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD))
 
-
-KEEPS_FREED_MEMORY = keep_freed_memory()

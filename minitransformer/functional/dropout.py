@@ -16,12 +16,12 @@ In evaluation (or with p = 0) dropout is the identity.
 On the CPU, u is a 16-bit integer in [0, 65536) rather than a float, with keep = [u >= n],
 n = round(65536 p): the generator's 64-bit words are drawn in bulk and each read as four such
 integers (0.55 ms a million entries on the Xeon, where drawing uint16 one by one takes 1.3 ms
-and float32 2.4 ms). An
-entry is then dropped with probability p' = n / 65536, p rounded to a multiple of 1/65536
-(0.1 becomes 0.100006), and kept entries are scaled by 1 / (1 - p') = 65536 / (65536 - n), so
-that E[y] = x exactly, whatever p. (Scaled by 1 / (1 - p) instead, E[y] would drift from x as
-p nears 1: by 0.7% at p = 0.999, by half at p = 0.99999.) At least one level is kept: p above
-1 - 1/131072 drops with probability 1 - 1/65536.
+and float32 2.4 ms). An entry is then dropped with probability p' = n / 65536, p rounded to
+a multiple of 1/65536 (0.1 becomes 0.100006), and kept entries are scaled by
+1 / (1 - p') = 65536 / (65536 - n), so that E[y] = x exactly, whatever p. (Scaled by
+1 / (1 - p) instead, E[y] would drift from x as p nears 1: by 0.7% at p = 0.999, by half at
+p = 0.99999.) At least one level is kept: p above 1 - 1/131072 drops with probability
+1 - 1/65536.
 
 In a captured step (``autograd/graphs.py``) u is drawn outside the graph, into a buffer the
 graph reads, before every replay: each replay gets the mask the eager step would draw.

@@ -15,10 +15,10 @@ Backward, with dr the layer norm's backward of dout (normalization.py):
 
 These are the Functions Dropout, Add and LayerNorm one after the other, the same numbers bit
 for bit (tested). What fusing them saves on the CPU is memory traffic: one pass over blocks
-of rows does all three while a block is in the cache, and writes r and y, where the three
-Functions write the dropped h, r, x̂ and y and read the first two back. Backward computes x̂
-again from r (it is not stored: memory for one (N, C) array less per layer). A training
-step of the `small` model has fifteen of these; training only (evaluation has no dropout:
+of rows does all three while a block is in the cache, and writes the mask, r and y, where the
+three Functions write the mask, the dropped h, r, x̂ and y and read the dropped h and r back.
+Backward computes x̂ again from r, which is kept in its place. A training step of the `small`
+model has fifteen of these; training only (evaluation has no dropout:
 ``Residual`` then calls the layer norm on x + h).
 
 Dimensions: x, h, y (..., C) with C = d_model; gain, bias (C,).
@@ -52,15 +52,14 @@ class DropoutAddLayerNorm(Function):
 
     def forward(self, x, h, gain, bias):
         require_float("dropout_add_layer_norm", x=x, h=h)
-        if tuple(x.shape) != tuple(h.shape):
-            raise ValueError(f"dropout_add_layer_norm: the residual x {tuple(x.shape)} and the "
-                             f"sub-layer's output h {tuple(h.shape)} must have one shape "
-                             f"(..., d_model).")
+        check_shapes(x, h)
+        check_gain_bias("dropout_add_layer_norm", x, gain, bias)
         xp = backend.get_array_module(x)
         if _cuda.is_cupy(xp):  # the GPU's own kernels, one after the other
-            self.dropout, self.norm = Dropout(self.p), LayerNorm(self.eps)
-            return self.norm.forward(x + self.dropout.forward(h), gain, bias)
-        check_gain_bias("dropout_add_layer_norm", x, gain, bias)
+            dropout, norm = Dropout(self.p), LayerNorm(self.eps)
+            y = norm.forward(x + dropout.forward(h), gain, bias)
+            self.saved = (dropout.saved, norm.saved)
+            return y
         C = x.shape[-1]
         threshold, scale = levels_kept(self.p)                          # n, 1 / (1 - p')
         u = draw_levels(backend.device_of(x), x.shape, xp).reshape(-1, C)  # (N, C) uint16
@@ -88,9 +87,11 @@ class DropoutAddLayerNorm(Function):
     def backward(self, dout):
         xp = backend.get_array_module(dout)
         if _cuda.is_cupy(xp):
-            self.norm.needs_input_grad = (True, *self.needs_input_grad[2:])
-            dr, dgain, dbias = self.norm.backward(dout)
-            dh = self.dropout.backward(dr) if self.needs_input_grad[1] else None
+            dropout, norm = Dropout(self.p), LayerNorm(self.eps)
+            dropout.saved, norm.saved = self.saved
+            norm.needs_input_grad = (True, *self.needs_input_grad[2:])
+            dr, dgain, dbias = norm.backward(dout)
+            dh = dropout.backward(dr) if self.needs_input_grad[1] else None
             return dr, dh, dgain, dbias
         r, keep, mean, shift, rstd, gain, scale = self.saved
         C = r.shape[-1]
@@ -123,5 +124,14 @@ def dropout_add_layer_norm(x, h, gain, bias, p, eps=1e-6, training=True):
     evaluation, or with p = 0, the layer norm of x + h."""
     p = check_dropout_p(p)
     if not training or p == 0:
+        check_shapes(x, h)
         return layer_norm(x + h, gain, bias, eps)
     return DropoutAddLayerNorm(p, eps)(x, h, gain, bias)
+
+
+def check_shapes(x, h) -> None:
+    """x and h are summed as they are, never broadcast."""
+    if tuple(x.shape) != tuple(h.shape):
+        raise ValueError(f"dropout_add_layer_norm: the residual x {tuple(x.shape)} and the "
+                         f"sub-layer's output h {tuple(h.shape)} must have one shape "
+                         f"(..., d_model).")

@@ -31,66 +31,17 @@ class KVCache:
     belongs to one decoding, during which the weights do not change: without gradients it also
     keeps the stacked projection weights (``MultiHeadAttention._project``), so that the steps
     do not stack them again.
-
-    On the CPU without gradients the keys and values live in buffers with room for up to
-    GROWTH more positions: a step writes its own position, where joining the cache and the
-    new position would copy the whole cache at every step (of order T² for T steps); the
-    buffers are copied into larger ones once every GROWTH steps. ``k`` and ``v`` are views of
-    the buffers' filled positions.
     """
-
-    GROWTH = 32  # positions added when the buffers are full
 
     def __init__(self) -> None:
         self.k: Any = None  # (B, H, S, D) Tensor
         self.v: Any = None
         self.stacked: Any = None  # (weight (n·C, C), bias (n·C,)) Tensors, or None
-        self._buffers: Any = None  # (k, v) arrays (B, H, capacity, D) behind k and v, or None
-
-    def append(self, k: Any, v: Any) -> tuple[Any, Any]:
-        """The cached keys and values followed by k and v (B, H, T, D), kept as the cache."""
-        if self.k is None:
-            if _in_buffers(k):
-                return self._into_buffers(k.data, v.data, 0)
-            self.k, self.v = k, v
-        elif self._buffers is not None and self.k.data.base is self._buffers[0]:
-            return self._into_buffers(k.data, v.data, self.k.shape[2])
-        else:
-            self.k, self.v = F.concat([self.k, k], axis=2), F.concat([self.v, v], axis=2)
-        return self.k, self.v
-
-    def _into_buffers(self, k: Any, v: Any, start: int) -> tuple[Any, Any]:
-        """Write k and v at positions start.. of the buffers (new ones if they are full)."""
-        end = start + k.shape[2]
-        if self._buffers is None or self._buffers[0].shape[2] < end or start == 0:
-            capacity = (end // self.GROWTH + 1) * self.GROWTH
-            shape = k.shape[:2] + (capacity,) + k.shape[3:]
-            buffers = tuple(backend.get_array_module(k).empty(shape, dtype=k.dtype)
-                            for _ in range(2))
-            if start:
-                buffers[0][:, :, :start], buffers[1][:, :, :start] = self.k.data, self.v.data
-            self._buffers = buffers
-        for buffer, new in zip(self._buffers, (k, v), strict=True):
-            buffer[:, :, start:end] = new
-        self.k, self.v = (Tensor(buffer[:, :, :end]) for buffer in self._buffers)
-        return self.k, self.v
 
     def reorder(self, index: Any) -> None:
         """Keep batch rows ``index`` (beam search reorders hypotheses every step)."""
-        if self.k is None:
-            return
-        if self._buffers is not None and self.k.data.base is self._buffers[0]:
-            length = self.k.shape[2]  # rows index of the buffers, into new ones
-            self._buffers = tuple(buffer.take(index, axis=0) for buffer in self._buffers)
-            self.k, self.v = (Tensor(buffer[:, :, :length]) for buffer in self._buffers)
-        else:
+        if self.k is not None:
             self.k, self.v = self.k[index], self.v[index]
-
-
-def _in_buffers(k: Any) -> bool:
-    """Whether a self-attention cache keeps k in growing buffers: on the CPU, without
-    gradients (with them, the graph needs each step's concatenation)."""
-    return not is_grad_enabled() and backend.device_of(k.data) == "cpu"
 
 
 class MultiHeadAttention(Module):
@@ -160,9 +111,10 @@ class MultiHeadAttention(Module):
                 else:
                     k = self._split_heads(self.w_k(key))
                     v = self._split_heads(self.w_v(value))
-            if cache is not None and not static_kv:
-                k, v = cache.append(k, v)                            # (B, H, S, D) each
-            elif cache is not None:
+            if cache is not None and not static_kv and cache.k is not None:
+                k = F.concat([cache.k, k], axis=2)                   # (B, H, S, D)
+                v = F.concat([cache.v, v], axis=2)
+            if cache is not None:
                 cache.k, cache.v = k, v
         return self._attend(q, k, v, mask, return_weights)
 

@@ -30,7 +30,8 @@ class Residual(Module):
     def forward(self, x: Any, sublayer: Callable[[Any], Any]) -> Any:
         if self.pre_norm:
             return x + self.dropout(sublayer(self.norm(x)))
-        if self.training and self.dropout.p > 0:  # the same numbers in one pass over memory
+        if (self.dropout.training and self.dropout.p > 0 and type(self.norm) is LayerNorm
+                and type(self.dropout) is Dropout):  # the same numbers, fewer passes
             return F.dropout_add_layer_norm(x, sublayer(x), self.norm.gain, self.norm.bias,
                                             self.dropout.p, self.norm.eps)
         return self.norm(x + self.dropout(sublayer(x)))

@@ -85,7 +85,6 @@ from typing import Any
 from .. import backend
 from ..functional import _blocks
 from ..functional._workspace import MIN_BYTES as WORKSPACE_MIN_BYTES
-from ..nn.attention import KVCache
 from .decode import MIN_SHARE
 
 ENVIRONMENT_VARIABLE = "MINITRANSFORMER_MEMORY_LIMIT"
@@ -215,15 +214,13 @@ def decoding_bytes(config: Any, batch: int, source_len: int, output_len: int,
     # the encoder's pass, or making a positional table (in float64) at the first use
     encoder = max(_encoder_pass(config, B, S, f), 3 * config.max_len * C * 8)
     # kept through the search: memory, cross-attention keys and values, self-attention
-    # caches (on the CPU in buffers with room for up to KVCache.GROWTH more positions),
-    # hypotheses (twice while concatenated)
-    cached = L if gpu else (L // KVCache.GROWTH + 1) * KVCache.GROWTH
-    kept = (B * S * C * f + 2 * N * B * S * C * f + 2 * N * rows * cached * C * f
+    # caches, hypotheses (twice while concatenated)
+    kept = (B * S * C * f + 2 * N * B * S * C * f + 2 * N * rows * L * C * f
             + 2 * rows * L * (8 + f))
     # one step, in turn, beside the logits (the last step's until the new ones replace
     # them): a layer (one layer's keys and values copied, its activations), choosing
     # tokens, the hypotheses as Python lists
-    layer = 2 * rows * cached * C * f + rows * (F + H * L + 8 * C) * f + B * H * K * S * f
+    layer = 2 * rows * L * C * f + rows * (F + H * L + 8 * C) * f + B * H * K * S * f
     logits = rows * V * f
     if K == 1:  # greedy: exp(z - max) and its sum; out, log-probabilities and prefix (B, L)
         choose = 2 * B * V * f + B * L * (2 * 8 + f)

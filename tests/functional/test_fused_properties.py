@@ -11,6 +11,7 @@ from hypothesis.extra import numpy as hnp
 import minitransformer as mt
 from minitransformer import functional as F
 from minitransformer import nn
+from minitransformer.functional import _blocks
 from minitransformer.functional.dropout import Dropout
 
 # The device fixture only switches the current device, so reusing it across examples is safe.
@@ -238,9 +239,11 @@ def test_dropout_masks_neighbours_independently(device):
 # ----------------------------------------------------------------------------- the residual
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_dropout_add_layer_norm_is_the_three_functions_bit_for_bit(device, dtype):
+def test_dropout_add_layer_norm_is_the_three_functions_bit_for_bit(device, dtype,
+                                                                    monkeypatch):
     """LayerNorm(x + Dropout(h)) fused gives the numbers of dropout, add and layer norm one
     after the other, forward and every gradient, over many blocks of rows."""
+    monkeypatch.setattr(_blocks, "BLOCK_BYTES", 4096)   # 21 rows a block: 100 blocks
     shape, C = (3, 700, 48), 48
     x, h, dout = (RNG.standard_normal(shape).astype(dtype) for _ in range(3))
     gain, bias = (RNG.standard_normal(C).astype(dtype) for _ in range(2))

@@ -22,7 +22,6 @@ from minitransformer import functional as F
 from minitransformer.nn import (
     Dropout,
     Embedding,
-    KVCache,
     LayerNorm,
     Linear,
     MultiHeadAttention,
@@ -559,37 +558,3 @@ def test_numpy_numbers_are_kept_as_python_numbers():
 def test_a_boolean_is_not_a_size_or_an_id(field):
     with pytest.raises(ValueError, match=f"{field} must be .*, got True"):
         TransformerConfig(10, 10, **{"d_model": 8, "n_heads": 2, "d_ff": 16, field: True})
-
-
-def test_self_attention_cache_on_the_cpu_writes_each_step_into_buffers_that_grow():
-    """Without gradients on the CPU, each step's keys and values are written into buffers
-    with room for more positions (grown every KVCache.GROWTH steps), the same numbers as
-    joining them step by step; a reorder keeps the rows asked for, in buffers again."""
-    mt.manual_seed(0)
-    attn = MultiHeadAttention(16, 4)
-    steps = [mt.randn(3, 1, 16) for _ in range(KVCache.GROWTH + 3)]
-    buffered, joined = KVCache(), KVCache()
-    with mt.no_grad():
-        for i, x in enumerate(steps):
-            out = attn(x, x, x, cache=buffered)
-            k, v = attn._project(x, attn.w_k, attn.w_v)
-            expected_k = k if joined.k is None else F.concat([joined.k, k], axis=2)
-            expected_v = v if joined.v is None else F.concat([joined.v, v], axis=2)
-            joined.k, joined.v = expected_k, expected_v
-            assert buffered.k.data.base is buffered._buffers[0]    # a view, not a copy
-            assert buffered._buffers[0].shape[2] == (i // KVCache.GROWTH + 1) * KVCache.GROWTH
-            assert_array_equal(buffered.k.data, expected_k.data)
-            assert_array_equal(buffered.v.data, expected_v.data)
-        assert out.shape == (3, 1, 16)
-        buffered.reorder(np.array([2, 2, 0]))
-    assert_array_equal(buffered.k.data, joined.k.data[[2, 2, 0]])
-    assert_array_equal(buffered.v.data, joined.v.data[[2, 2, 0]])
-    assert buffered.k.data.base is buffered._buffers[0]
-
-
-def test_self_attention_cache_with_gradients_joins_tensors_in_the_graph():
-    attn = MultiHeadAttention(16, 4)
-    cache = KVCache()
-    for _ in range(2):
-        attn(*(3 * [mt.randn(2, 1, 16)]), cache=cache)
-    assert cache._buffers is None and cache.k.creator.name == "Concat"
