@@ -17,9 +17,9 @@ trim threshold lies free at the top, and glibc sets that threshold low (twice th
 freed so far). A step frees its activations together, so the heap was cut back and faulted in
 again every step: 43,000 page faults, some 60 ms of the `small` step's 1.1 s on the Xeon.
 ``keep_freed_memory`` (run at the first call of ``empty``, on Linux with glibc: when the first
-linear layer runs on the CPU) fixes both thresholds
-with ``mallopt``: blocks below 32 MiB from the heap, and up to 2 GiB freed at its top kept for
-the next step, as CuPy's pool keeps GPU memory. The peak stays where it was (measured the
+linear layer runs on the CPU) fixes both thresholds with ``mallopt``: blocks below 32 MiB from
+the heap, and up to 2 GiB freed at its top kept for the next step, as CuPy's pool keeps GPU
+memory. The peak stays where it was (measured the
 same); the process holds on to that peak until it ends. glibc's own variables
 ``MALLOC_TRIM_THRESHOLD_`` and ``MALLOC_MMAP_THRESHOLD_``, when set, win.
 """
@@ -99,4 +99,3 @@ def keep_freed_memory() -> bool:
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)
                 and mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD))
-
