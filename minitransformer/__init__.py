@@ -21,13 +21,15 @@ from .backend import (
     use,
 )
 from .factories import ones, randn, zeros
+from .functional._compiled import get_compiled_kernels, set_compiled_kernels
 from .threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DeviceError", "Function", "Tensor", "current_device", "default_dtype", "device",
-    "enable_grad", "functional", "get_array_module", "get_default_dtype", "get_num_threads",
+    "enable_grad", "functional", "get_array_module", "get_compiled_kernels", "get_default_dtype",
+    "get_num_threads",
     "is_grad_enabled", "manual_seed", "no_grad", "ones", "randn", "set_default_dtype",
-    "set_num_threads", "tensor", "to_numpy", "use", "zeros",
+    "set_compiled_kernels", "set_num_threads", "tensor", "to_numpy", "use", "zeros",
 ]

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import backend
 from .autograd.tensor import Tensor
-from .functional import _cuda
+from .functional import _compiled, _cuda
 from .functional._blocks import for_element_blocks
 from .functional._products import matmul as product
 from .nn.module import Module, Parameter
@@ -89,6 +89,14 @@ class Adam:
             # Every operation writes into m, v, p.data or one scratch buffer of p's shape
             # (shared by all parameters on a device): no temporaries, g left untouched. Large
             # parameters are updated in blocks of elements on worker threads.
+            arrays = (p.data, g, m, v)
+            if _compiled.enabled(xp) and all(a.flags.c_contiguous for a in arrays):
+                # the same update, one compiled pass over each block
+                kernel = functools.partial(_compiled.kernels().adam_update, beta1=beta1,
+                                           beta2=beta2, step_size=float(step_size),
+                                           eps_hat=float(eps_hat))
+                for_element_blocks(kernel, arrays, xp)
+                continue
             update = functools.partial(_adam_update, xp=xp, beta1=beta1, beta2=beta2,
                                        step_size=step_size, eps_hat=eps_hat)
             for_element_blocks(update, (p.data, g, m, v, self._scratch_for(p)), xp)

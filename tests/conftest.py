@@ -1,4 +1,5 @@
-"""Shared fixtures: every test starts on the CPU, in float32, with seed 0.
+"""Shared fixtures: every test starts on the CPU, in float32, with seed 0, on NumPy's own
+kernels (the reference path; ``compiled`` switches a test to the Numba kernels).
 
 The ``device`` fixture runs a test on each backend: NumPy ("cpu"), the CuPy-like strict
 backend ("strict", see strict_backend.py) and real CuPy ("cuda", skipped without a GPU).
@@ -8,6 +9,7 @@ import pytest
 import strict_backend
 
 from minitransformer import backend
+from minitransformer.functional import _compiled
 
 strict_backend.install()
 
@@ -33,9 +35,11 @@ def _fresh_state():
     backend.use("cpu")
     backend.set_default_dtype("float32")
     backend.manual_seed(0)
+    _compiled.set_compiled_kernels(False)
     yield
     backend.use("cpu")
     backend.set_default_dtype("float32")
+    _compiled.set_compiled_kernels(False)
 
 
 @pytest.fixture(params=DEVICES)
@@ -44,3 +48,13 @@ def device(request):
     backend.use(request.param)
     backend.manual_seed(0)
     return request.param
+
+
+@pytest.fixture
+def compiled():
+    """The CPU layers on the compiled kernels (functional/_compiled.py) for this test."""
+    if not _compiled.available():
+        pytest.skip("needs Numba (pip install 'minitransformer[fast]')")
+    _compiled.set_compiled_kernels(True)
+    yield
+    _compiled.set_compiled_kernels(False)

@@ -43,6 +43,8 @@ SHAPE = "minitransformer/functional/shape.py"
 INDEXING = "minitransformer/functional/indexing.py"
 BLOCKS = "minitransformer/functional/_blocks.py"
 OPTIM = "minitransformer/optim.py"
+COMPILED = "minitransformer/functional/_compiled.py"
+COMPILED_TESTS = ("tests/functional/test_compiled.py",)
 
 GRADIENT_TESTS = ["tests/functional", "tests/verify/test_checker.py",
                   "tests/nn/test_module_gradients.py", "tests/autograd",
@@ -290,6 +292,31 @@ MUTANTS = [
     Mutant('theta-plus', OPTIM,
            '    theta -= scratch\n',
            '    theta += scratch\n'),
+    # the compiled kernels (Numba), caught by their comparison with NumPy's path and gradcheck
+    Mutant('compiled-residual-keep-inverted', COMPILED,
+           'kept = levels[i, j] >= threshold',
+           'kept = levels[i, j] < threshold', COMPILED_TESTS),
+    Mutant('compiled-residual-dh-unscaled', COMPILED,
+           'dh[i, j] = dr[i, j] * scale if keep[i, j] else zero',
+           'dh[i, j] = dr[i, j] if keep[i, j] else zero', COMPILED_TESTS),
+    Mutant('compiled-residual-xhat-without-rstd', COMPILED,
+           'x_hat[j] = (r[i, j] - mean[i] - shift[i]) * rstd[i]',
+           'x_hat[j] = (r[i, j] - mean[i] - shift[i])', COMPILED_TESTS),
+    Mutant('compiled-layer-norm-drop-mean-g', COMPILED,
+           'dx[j] = rstd * (d[j] * gain[j] - mean_g - x_hat[j] * mean_gx)',
+           'dx[j] = rstd * (d[j] * gain[j] - x_hat[j] * mean_gx)', COMPILED_TESTS),
+    Mutant('compiled-layer-norm-dgain-without-xhat', COMPILED,
+           'dgain[j] += d[j] * x_hat[j]',
+           'dgain[j] += d[j]', COMPILED_TESTS),
+    Mutant('compiled-layer-norm-xhat-unscaled', COMPILED,
+           'x_hat[i, j] = (x[i, j] - mean) * rstd[i]',
+           'x_hat[i, j] = x[i, j] - mean', COMPILED_TESTS),
+    Mutant('compiled-scatter-overwrites', COMPILED,
+           'target[j] += source[j]',
+           'target[j] = source[j]', COMPILED_TESTS),
+    Mutant('compiled-adam-v-uses-abs-g', COMPILED,
+           'vk = b2 * v[k] + c2 * (gk * gk)',
+           'vk = b2 * v[k] + c2 * abs(gk)', COMPILED_TESTS),
 ]
 
 

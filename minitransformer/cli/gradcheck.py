@@ -28,13 +28,26 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                            help="print the rows as a JSON list instead of a table")
     gradcheck.add_argument("--device", choices=["cpu", "cuda"], default=None,
                            help="where to run (default: $MINITRANSFORMER_DEVICE or cpu)")
+    gradcheck.add_argument("--kernels", choices=["numpy", "compiled"], default=None,
+                           help="on the CPU, NumPy's code or the compiled kernels of "
+                                "minitransformer[fast] (default: compiled where Numba is "
+                                "installed)")
     gradcheck.set_defaults(run=run)
 
 
 
 def run(args: argparse.Namespace) -> int:
+    from .. import get_compiled_kernels, set_compiled_kernels
     from ..verify.module_cases import full_suite
 
+    if args.kernels is not None:
+        try:
+            set_compiled_kernels(args.kernels == "compiled")
+        except ImportError as exc:
+            print(f"minitransformer gradcheck: {exc}", file=sys.stderr)
+            return 2
+    kernels = "compiled" if get_compiled_kernels() and backend.current_device() == "cpu" \
+        else "numpy" if backend.current_device() == "cpu" else "cuda"
     cases = full_suite(args.filter)
     if not cases:
         print(f"minitransformer gradcheck: no case name contains {args.filter!r}; run without "
@@ -59,5 +72,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=1))
     else:
         print(f"\n{len(rows) - n_failed} passed, {n_failed} failed "
-              f"(float64, device {backend.current_device()}, seed {args.seed})")
+              f"(float64, device {backend.current_device()}, {kernels} kernels, "
+              f"seed {args.seed})")
     return 1 if n_failed else 0

@@ -396,14 +396,14 @@ def _steps_per_epoch(data: TranslationData, args: argparse.Namespace, processes:
 
 def _where(comm: Communicator) -> str:
     """The device, and on the CPU how many threads ("cpu, 2 threads"; with several processes
-    "2 processes on cpu, 1 thread each"): a shared machine's user sees what the run takes
-    (OMP_NUM_THREADS or set_num_threads change it)."""
-    from .. import backend, threads
+    "2 processes on cpu, 1 thread each") and whether the compiled kernels run: a shared
+    machine's user sees what the run takes (OMP_NUM_THREADS or set_num_threads change it)."""
+    from .. import backend, get_compiled_kernels, threads
 
     device = backend.current_device()
     n = threads.get_num_threads()
-    per_process = ("one GPU" if device != "cpu"
-                   else f"{n} thread{'s' if n > 1 else ''}")
+    per_process = "one GPU" if device != "cpu" else f"{n} thread{'s' if n > 1 else ''}"
+    kernels = ", compiled kernels" if device == "cpu" and get_compiled_kernels() else ""
     if comm.size == 1:
-        return device if device != "cpu" else f"cpu, {per_process}"
-    return f"{comm.size} processes on {device}, {per_process} each"
+        return device if device != "cpu" else f"cpu, {per_process}{kernels}"
+    return f"{comm.size} processes on {device}, {per_process} each{kernels}"

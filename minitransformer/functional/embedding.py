@@ -23,6 +23,7 @@ from .. import backend
 from ..autograd.function import Function
 from ..autograd.graphs import is_capturing
 from ..autograd.tensor import Tensor
+from . import _compiled
 from .indexing import on_device_of
 
 
@@ -55,7 +56,10 @@ class Embedding(Function):
         # fwd 1: y[n] = W[ids[n]]  ->  dW[v] = Σ_{n: ids[n] = v} dout[n] (scatter-add: a
         # repeated id accumulates, where dW[ids] = dout would keep only one of its rows)
         dW = xp.zeros((self.V, C), dtype=dout.dtype)                   # (V, C)
-        xp.add.at(dW, ids.reshape(-1), dout.reshape(-1, C))             # (N,), (N, C)
+        if _compiled.enabled(xp):  # the same sums, added in the same order, compiled
+            _compiled.kernels().scatter_add_rows(ids.reshape(-1), dout.reshape(-1, C), dW)
+        else:
+            xp.add.at(dW, ids.reshape(-1), dout.reshape(-1, C))         # (N,), (N, C)
         if self.padding_idx is not None:
             dW[self.padding_idx] = 0  # fwd 1: padding positions never read the row
         return None, dW

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..autograd.function import Function
-from . import _products, _workspace
+from . import _compiled, _products, _workspace
 from ._blocks import for_blocks
 from ._broadcast import broadcast_shapes, match_float_dtypes, sum_to
 from ._reduce import sum_rows
@@ -107,8 +107,14 @@ class Linear(Function):
         # 3. y = y + b (and 4. y = max(0, y) in LinearReLU), in place: y2 is the product's
         # new array; on blocks of rows on worker threads
         if bias is not None or self.relu:
-            for_blocks(lambda rows: _bias_relu_(y2[rows], bias, self.relu, xp),
-                       y2.shape[0], C_out * y2.itemsize, xp)
+            compiled = self.relu and bias is not None and _compiled.enabled(xp)  # one pass
+
+            def bias_relu(rows):
+                if compiled:
+                    _compiled.kernels().bias_relu(y2[rows], bias)
+                else:
+                    _bias_relu_(y2[rows], bias, self.relu, xp)
+            for_blocks(bias_relu, y2.shape[0], C_out * y2.itemsize, xp)
         self.saved = (x2, weight, y2 if self.relu else None)
         return y2.reshape(x.shape[:-1] + (C_out,))                      # (..., C_out)
 
@@ -130,6 +136,13 @@ class Linear(Function):
                 dz = xp.multiply(dout2[rows], y2[rows] > 0, out=masked[rows])
                 if want_db:
                     partial[rows.start] = sum_rows(dz)
+            if _compiled.enabled(xp):  # the same, and db, in one compiled pass
+                kernel = _compiled.kernels().relu_gradient
+
+                def mask(rows):
+                    sums = xp.zeros(C_out, dtype=dout2.dtype)
+                    kernel(dout2[rows], y2[rows], masked[rows], sums)
+                    partial[rows.start] = sums
             for_blocks(mask, dout2.shape[0], C_out * dout2.itemsize, xp)
             dout2 = masked
             if want_db:

@@ -26,7 +26,7 @@ import numbers
 
 from .. import backend
 from ..autograd.function import Function
-from . import _cuda
+from . import _compiled, _cuda
 from ._blocks import for_blocks
 from ._broadcast import require_float
 from ._reduce import sum_last, sum_rows
@@ -54,6 +54,9 @@ class LayerNorm(Function):
 
         def normalize(rows):
             rstd[rows] = normalize_rows(x2[rows], gain, bias, self.eps, x_hat[rows], y[rows])[2]
+        if _compiled.enabled(xp):  # the same steps, each row in one compiled loop
+            normalize = _compiled_rows(_compiled.kernels().layer_norm_forward, x2, gain, bias,
+                                       self.eps, x_hat, y, rstd[:, 0])
         for_blocks(normalize, x2.shape[0], C * x.itemsize, xp)
         shape = x.shape[:-1] + (1,)
         self.saved = (x_hat.reshape(x.shape), rstd.reshape(shape), gain)
@@ -78,6 +81,8 @@ class LayerNorm(Function):
         def gradients(rows):
             dx_rows = dx[rows] if dx is not None else None
             partial[rows.start] = gradient_rows(d2[rows], x_hat2[rows], gain, rstd2[rows], dx_rows)
+        if _compiled.enabled(xp):  # the same, each row in one compiled loop
+            gradients = _compiled_gradients(d2, x_hat2, gain, rstd2[:, 0], dx, partial)
         for_blocks(gradients, d2.shape[0], C * dout.itemsize, xp)
         dgain, dbias = add_partial_sums(partial)
         dx = dx.reshape(dout.shape) if dx is not None else None
@@ -151,6 +156,27 @@ def add_partial_sums(partial: dict) -> tuple:
     for start in sorted(partial):
         dgain, dbias = dgain + partial[start][0], dbias + partial[start][1]
     return dgain, dbias
+
+
+def _compiled_rows(kernel, x2, gain, bias, eps, x_hat, y, rstd):
+    """forward's row kernel, compiled (``_compiled.py``): x̂, y and rstd (N,) of a block."""
+    def normalize(rows):
+        kernel(x2[rows], gain, bias, eps, x_hat[rows], y[rows], rstd[rows])
+    return normalize
+
+
+def _compiled_gradients(d2, x_hat2, gain, rstd, dx, partial):
+    """backward's row kernel, compiled: dx (unless None) and each block's dgain, dbias."""
+    kernel = _compiled.kernels().layer_norm_backward
+    xp, C = backend.get_array_module(d2), d2.shape[1]
+    no_dx = xp.empty((0, C), dtype=d2.dtype)                            # dx not wanted
+
+    def gradients(rows):
+        sums = xp.zeros((2, C), dtype=d2.dtype)                         # dgain, dbias
+        kernel(d2[rows], x_hat2[rows], gain, rstd[rows], no_dx if dx is None else dx[rows],
+               sums[0], sums[1])
+        partial[rows.start] = (sums[0], sums[1])
+    return gradients
 
 
 def layer_norm(x, gain, bias, eps=1e-6):

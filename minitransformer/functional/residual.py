@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..autograd.function import Function
-from . import _cuda
+from . import _compiled, _cuda
 from ._blocks import for_blocks
 from ._broadcast import require_float
 from .dropout import Dropout, check_dropout_p, draw_levels, levels_kept
@@ -80,6 +80,10 @@ class DropoutAddLayerNorm(Function):
             for stat, value in zip(stats, normalize_rows(r_rows, gain, bias, self.eps,
                                                          x_hat, y[rows]), strict=True):
                 stat[rows] = value
+        if _compiled.enabled(xp):  # the same steps, each row in one compiled loop
+            scale = x.dtype.type(scale)
+            residual = _compiled_forward(x2, h2, u, threshold, scale, gain, bias, self.eps,
+                                         keep, r, y, stats)
         for_blocks(residual, x2.shape[0], C * x.itemsize, xp)
         self.saved = (r, keep, *stats, gain, scale)
         return y.reshape(x.shape)                                       # (..., C)
@@ -110,6 +114,8 @@ class DropoutAddLayerNorm(Function):
             if dh is not None:
                 dh_rows = xp.multiply(dr[rows], keep[rows], out=dh[rows])
                 dh_rows *= scale
+        if _compiled.enabled(xp):  # the same steps, each row in one compiled loop
+            gradients = _compiled_backward(d2, self.saved, dr, dh, partial)
         for_blocks(gradients, d2.shape[0], C * dout.itemsize, xp)
         dgain, dbias = add_partial_sums(partial)
         shape = dout.shape
@@ -135,3 +141,32 @@ def check_shapes(x, h) -> None:
         raise ValueError(f"dropout_add_layer_norm: the residual x {tuple(x.shape)} and the "
                          f"sub-layer's output h {tuple(h.shape)} must have one shape "
                          f"(..., d_model).")
+
+
+def _compiled_forward(x2, h2, u, threshold, scale, gain, bias, eps, keep, r, y, stats):
+    """forward's row kernel, compiled (``_compiled.py``): μ and rstd from the float64 sums,
+    no shift (saved as 0, so backward's x̂ = (r - μ - 0) · rstd either way)."""
+    kernel = _compiled.kernels().residual_forward
+    mean, shift, rstd = stats
+    shift[:] = 0
+
+    def residual(rows):
+        kernel(x2[rows], h2[rows], u[rows], threshold, scale, gain, bias, eps, keep[rows],
+               r[rows], y[rows], mean[rows, 0], rstd[rows, 0])
+    return residual
+
+
+def _compiled_backward(d2, saved, dr, dh, partial):
+    """backward's row kernel, compiled; each block's dgain and dbias into ``partial``."""
+    kernel = _compiled.kernels().residual_backward
+    r, keep, mean, shift, rstd, gain, scale = saved
+    xp, C = backend.get_array_module(d2), d2.shape[1]
+    no_dh = xp.empty((0, C), dtype=d2.dtype)                            # dh not wanted
+
+    def gradients(rows):
+        sums = xp.zeros((2, C), dtype=d2.dtype)                         # dgain, dbias
+        kernel(d2[rows], r[rows], keep[rows], mean[rows, 0], shift[rows, 0], rstd[rows, 0],
+               gain, scale, dr[rows], no_dh if dh is None else dh[rows],
+               xp.empty(C, d2.dtype), sums[0], sums[1])
+        partial[rows.start] = (sums[0], sums[1])
+    return gradients

@@ -51,6 +51,22 @@ def test_a_failing_row_fails_the_command(monkeypatch, capsys):
     assert "FAIL" in out and "0 passed, 1 failed" in out
 
 
+@pytest.mark.parametrize("kernels", ["numpy", "compiled"])
+def test_kernels_chooses_the_cpu_path_and_the_summary_names_it(capsys, kernels):
+    if kernels == "compiled":
+        pytest.importorskip("numba")
+    assert cli.main(["gradcheck", "--filter", "layer_norm", "--kernels", kernels]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"2 passed, 0 failed (float64, device cpu, {kernels} kernels, seed 0)"
+
+
+def test_compiled_kernels_without_numba_is_a_clear_error(monkeypatch, capsys):
+    from minitransformer.functional import _compiled
+    monkeypatch.setattr(_compiled, "available", lambda: False)
+    assert cli.main(["gradcheck", "--filter", "layer_norm", "--kernels", "compiled"]) == 2
+    assert "pip install 'minitransformer[fast]'" in capsys.readouterr().err
+
+
 def test_a_filter_that_matches_nothing_says_so(capsys):
     assert cli.main(["gradcheck", "--filter", "no-such-op"]) == 2
     assert "no case name contains 'no-such-op'" in capsys.readouterr().err

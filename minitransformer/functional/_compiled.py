@@ -1,0 +1,216 @@
+"""Compiled CPU kernels (Numba), the optional fast path of the layers' element-wise chains.
+
+NumPy makes one pass over memory per operation, and a layer norm is a dozen of them: written
+on blocks of rows that stay in the cache (``_blocks.py``) they still cost a NumPy call each,
+with its dispatch, its broadcasting of a per-row statistic and its hand-back of Python's lock,
+about 4 ms for the (4,000, 256) residual of a `small` step where its bytes take 1 ms to read.
+Here the same arithmetic is written as loops over one row at a time, compiled by Numba: one
+read of every input and one write of every output, the row's sums kept in registers. The
+NumPy code beside each call is the readable reference, and these kernels compute the same
+formulas (tests check them against it, and their gradients against finite differences).
+
+    pip install "minitransformer[fast]"       # numba; used from then on, where it applies
+    minitransformer.set_compiled_kernels(False)   # or MINITRANSFORMER_COMPILED=0: NumPy only
+
+What is compiled: the post-LN residual (dropout, sum and layer norm, ``residual.py``), the
+layer norm (``normalization.py``), the feed-forward layer's bias and ReLU and their backward
+(``linalg.py``), the embedding's scatter-add backward (``embedding.py``) and Adam's update
+(``optim.py``). Not the softmax or the loss: their cost is exp, and NumPy's exp
+is vectorised where Numba's, without Intel's SVML, calls the C library once per element
+(ten times slower, measured on the Xeon).
+
+Every kernel takes one block of rows (or elements) and releases Python's lock
+(``nogil``): the library's own workers run the blocks (``_blocks.for_blocks``), so the
+threading, its shared-cores choice and the numbers (each row computed alone, whichever thread
+takes it) are those of the NumPy path. Sums are accumulated in float64 and may be reordered
+for the vector registers (``fastmath`` limited to reassociation and contraction: NaN and inf
+propagate as IEEE says, so a diverging loss is still seen). Kernels compile on first use for
+each dtype (about half a second each) and are cached on disk by Numba.
+
+    N rows   C features (d_model)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import types
+from typing import Any
+
+import numpy
+
+_FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
+_wanted = os.environ.get("MINITRANSFORMER_COMPILED", "1").strip().lower() not in {
+    "0", "false", "no", "off"}
+
+
+@functools.cache
+def available() -> bool:
+    """Whether Numba can be imported."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def enabled(xp: Any) -> bool:
+    """True where the layers should call these kernels: on NumPy arrays, with Numba installed
+    and the kernels not switched off."""
+    return xp is numpy and _wanted and available()
+
+
+def set_compiled_kernels(on: bool) -> None:
+    """Use the compiled kernels from now on (``True``, needs Numba) or NumPy alone."""
+    global _wanted
+    if not isinstance(on, bool):
+        raise TypeError(f"set_compiled_kernels takes True or False, got {on!r}.")
+    if on and not available():
+        raise ImportError("set_compiled_kernels(True) needs Numba, which is not installed: "
+                          "pip install 'minitransformer[fast]' (or numba).")
+    _wanted = on
+
+
+def get_compiled_kernels() -> bool:
+    """Whether the CPU layers run the compiled kernels (Numba installed and not switched off)."""
+    return _wanted and available()
+
+
+@functools.cache
+def kernels() -> Any:
+    """The compiled functions (Numba imported, and each kernel compiled, on first use)."""
+    import numba
+
+    jit = functools.partial(numba.njit, nogil=True, cache=True, fastmath=_FASTMATH,
+                            error_model="numpy")
+
+    @jit
+    def normalize_row(r, gain, bias, eps, y):
+        """y = gain ∘ (r - μ) · rstd + bias for one row r (C,); returns (μ, rstd)."""
+        C = r.shape[0]
+        total = 0.0
+        for j in range(C):
+            total += r[j]
+        mean = r.dtype.type(total / C)      # float64 sum: a constant row gives μ exactly
+        squares = 0.0
+        for j in range(C):
+            centred = r[j] - mean
+            squares += centred * centred
+        rstd = r.dtype.type(1.0 / math.sqrt(squares / C + eps))
+        for j in range(C):
+            y[j] = (r[j] - mean) * rstd * gain[j] + bias[j]
+        return mean, rstd
+
+    @jit
+    def residual_forward(x, h, levels, threshold, scale, gain, bias, eps, keep, r, y, mean,
+                         rstd):
+        """Rows (n, C): keep = [levels >= threshold], r = x + h ∘ keep · scale,
+        y = LayerNorm(r); mean, rstd (n,)."""
+        n, C = x.shape
+        zero = x.dtype.type(0)
+        for i in range(n):
+            for j in range(C):
+                kept = levels[i, j] >= threshold
+                keep[i, j] = kept
+                r[i, j] = x[i, j] + (h[i, j] * scale if kept else zero)
+            mean[i], rstd[i] = normalize_row(r[i], gain, bias, eps, y[i])
+
+    @jit
+    def layer_norm_forward(x, gain, bias, eps, x_hat, y, rstd):
+        """Rows (n, C): y = LayerNorm(x), x̂ kept for backward; rstd (n,)."""
+        n, C = x.shape
+        for i in range(n):
+            mean, rstd[i] = normalize_row(x[i], gain, bias, eps, y[i])
+            for j in range(C):
+                x_hat[i, j] = (x[i, j] - mean) * rstd[i]
+
+    @jit
+    def normalized_gradient_row(d, x_hat, gain, rstd, dx, dgain, dbias):
+        """One row: dx = rstd (g - mean(g) - x̂ mean(g ∘ x̂)), g = d ∘ gain; adds the row's
+        d ∘ x̂ and d to dgain and dbias (C,)."""
+        C = d.shape[0]
+        sum_g, sum_gx = 0.0, 0.0
+        for j in range(C):
+            g = d[j] * gain[j]
+            sum_g += g
+            sum_gx += g * x_hat[j]
+            dgain[j] += d[j] * x_hat[j]
+            dbias[j] += d[j]
+        mean_g, mean_gx = d.dtype.type(sum_g / C), d.dtype.type(sum_gx / C)
+        for j in range(C):
+            dx[j] = rstd * (d[j] * gain[j] - mean_g - x_hat[j] * mean_gx)
+
+    @jit
+    def residual_backward(d, r, keep, mean, shift, rstd, gain, scale, dr, dh, x_hat, dgain,
+                          dbias):
+        """Rows (n, C): x̂ again from r, dr = the layer norm's dx, dh = dr ∘ keep · scale
+        (skipped when dh has no rows); x_hat (C,) is scratch."""
+        n, C = d.shape
+        zero = d.dtype.type(0)
+        for i in range(n):
+            for j in range(C):
+                x_hat[j] = (r[i, j] - mean[i] - shift[i]) * rstd[i]
+            normalized_gradient_row(d[i], x_hat, gain, rstd[i], dr[i], dgain, dbias)
+            if dh.shape[0]:
+                for j in range(C):
+                    dh[i, j] = dr[i, j] * scale if keep[i, j] else zero
+
+    @jit
+    def layer_norm_backward(d, x_hat, gain, rstd, dx, dgain, dbias):
+        """Rows (n, C): dx (skipped when it has no rows, into a scratch row), dgain, dbias."""
+        n, C = d.shape
+        scratch = numpy.empty(C, dtype=d.dtype)
+        for i in range(n):
+            out = dx[i] if dx.shape[0] else scratch
+            normalized_gradient_row(d[i], x_hat[i], gain, rstd[i], out, dgain, dbias)
+
+    @jit
+    def bias_relu(y, bias):
+        """Rows (n, C) in place: y = max(0, y + bias) (NaN stays NaN, as np.maximum)."""
+        n, C = y.shape
+        zero = y.dtype.type(0)
+        for i in range(n):
+            for j in range(C):
+                z = y[i, j] + bias[j]
+                y[i, j] = zero if z < zero else z
+
+    @jit
+    def relu_gradient(dout, y, dz, db):
+        """Rows (n, C): dz = dout ∘ [y > 0] (a product, so 0 · NaN is NaN, as NumPy's);
+        adds the rows' dz to db (C,)."""
+        n, C = dout.shape
+        zero, one = dout.dtype.type(0), dout.dtype.type(1)
+        for i in range(n):
+            for j in range(C):
+                g = dout[i, j] * (one if y[i, j] > zero else zero)
+                dz[i, j] = g
+                db[j] += g
+
+    @jit
+    def scatter_add_rows(ids, rows, table):
+        """table[ids[n]] += rows[n] for every n, in order: ids (N,), rows (N, C)."""
+        for n in range(ids.shape[0]):
+            target = table[ids[n]]
+            source = rows[n]
+            for j in range(source.shape[0]):
+                target[j] += source[j]
+
+    @jit
+    def adam_update(theta, g, m, v, beta1, beta2, step_size, eps_hat):
+        """m = β₁ m + (1 − β₁) g;  v = β₂ v + (1 − β₂) g²;  θ -= step · m / (√v + ε̂)."""
+        t = theta.dtype.type
+        b1, b2, c1, c2 = t(beta1), t(beta2), t(1 - beta1), t(1 - beta2)
+        step, eps = t(step_size), t(eps_hat)
+        for k in range(theta.shape[0]):
+            gk = g[k]
+            mk = b1 * m[k] + c1 * gk
+            vk = b2 * v[k] + c2 * (gk * gk)
+            m[k], v[k] = mk, vk
+            theta[k] -= step * (mk / (math.sqrt(vk) + eps))
+
+    return types.SimpleNamespace(
+        residual_forward=residual_forward, residual_backward=residual_backward,
+        layer_norm_forward=layer_norm_forward, layer_norm_backward=layer_norm_backward,
+        bias_relu=bias_relu, relu_gradient=relu_gradient, scatter_add_rows=scatter_add_rows,
+        adam_update=adam_update)

@@ -1,0 +1,226 @@
+"""The compiled CPU kernels (functional/_compiled.py, Numba) against NumPy's path and against
+finite differences: the same formulas, so the same numbers up to the order of rounding, and
+every backward checked in float64 as the NumPy one is."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import minitransformer as mt
+from minitransformer import backend
+from minitransformer import functional as F
+from minitransformer.functional import _blocks, _compiled, _workspace
+from minitransformer.nn import Transformer, TransformerConfig
+from minitransformer.optim import Adam
+from minitransformer.verify.function_cases import CASES, run_case
+from minitransformer.verify.module_cases import MODULE_CASES, run_module_case
+
+pytest.importorskip("numba")
+
+COMPILED = {"layer_norm", "dropout_add_layer_norm", "embedding", "linear_relu"}
+MODULES = {"LayerNorm", "Embedding", "PositionwiseFeedForward", "Residual", "EncoderLayer",
+           "DecoderLayer", "Transformer+loss"}
+RNG = np.random.default_rng(0)
+TOLERANCE = {"float64": dict(rtol=1e-12, atol=1e-12), "float32": dict(rtol=2e-5, atol=2e-6)}
+
+
+@pytest.mark.parametrize("blocks", ["whole", "one row a block on two threads"])
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"{c.name}-{c.note or 'plain'}")
+                                  for c in CASES if c.name in COMPILED])
+def test_compiled_backward_passes_gradcheck(compiled, monkeypatch, case, blocks):
+    if blocks != "whole":
+        monkeypatch.setattr(_blocks, "BLOCK_BYTES", 1)
+        monkeypatch.setattr(_blocks, "WORKERS", 2)
+        monkeypatch.setattr(_workspace, "MIN_BYTES", 0)
+    report = run_case(case)
+    assert report.passed and report.max_rel_error < 1e-6, str(report)
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"{c.name}-{c.note or 'plain'}")
+                                  for c in MODULE_CASES if c.name in MODULES])
+def test_modules_on_compiled_kernels_pass_gradcheck(compiled, case):
+    report = run_module_case(case)
+    assert report.passed and report.max_rel_error < 1e-6, str(report)
+
+
+def _run(function, arrays, seed=4):
+    """Outputs and input gradients of ``function`` on fresh tensors, upstream gradient fixed."""
+    inputs = [mt.tensor(a, requires_grad=a.dtype.kind == "f") for a in arrays]
+    mt.manual_seed(seed)
+    y = function(*inputs)
+    y.backward(mt.tensor(np.random.default_rng(1).standard_normal(y.shape).astype(y.dtype)))
+    return [y.numpy()] + [t.grad for t in inputs if t.requires_grad]
+
+
+def _both_ways(function, arrays, monkeypatch):
+    """(NumPy's results, the compiled kernels' results), many blocks of rows."""
+    monkeypatch.setattr(_blocks, "BLOCK_BYTES", 4096)
+    results = []
+    for on in (False, True):
+        mt.set_compiled_kernels(on)
+        results.append(_run(function, arrays))
+    return results
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layer", ["dropout_add_layer_norm", "layer_norm"])
+def test_compiled_layer_norms_give_numpys_numbers(compiled, monkeypatch, layer, dtype):
+    """Forward and every gradient equal NumPy's up to rounding (the dropout mask is the
+    same draw), over 100 blocks of rows."""
+    shape, C = (3, 700, 48), 48
+    x, h = (RNG.standard_normal(shape).astype(dtype) * 3 + 1 for _ in range(2))
+    gain, bias = (RNG.standard_normal(C).astype(dtype) for _ in range(2))
+    if layer == "layer_norm":
+        function, arrays = F.layer_norm, (x, gain, bias)
+    else:
+        def function(*a):
+            return F.dropout_add_layer_norm(*a, p=0.2)
+        arrays = (x, h, gain, bias)
+    numpy_results, compiled_results = _both_ways(function, arrays, monkeypatch)
+    for expected, actual in zip(numpy_results, compiled_results, strict=True):
+        assert actual.dtype == expected.dtype
+        np.testing.assert_allclose(actual, expected, **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_compiled_linear_relu_gives_numpys_numbers(compiled, monkeypatch, dtype):
+    """The bias and ReLU in place, and dz = dout ∘ [y > 0] with db, as NumPy's: the same
+    output, the same zeros, the same gradients up to rounding."""
+    x = RNG.standard_normal((4, 300, 24)).astype(dtype)
+    weight = RNG.standard_normal((40, 24)).astype(dtype)
+    bias = RNG.standard_normal(40).astype(dtype)
+    numpy_results, compiled_results = _both_ways(F.linear_relu, (x, weight, bias), monkeypatch)
+    np.testing.assert_array_equal(compiled_results[0] == 0, numpy_results[0] == 0)
+    for expected, actual in zip(numpy_results, compiled_results, strict=True):
+        np.testing.assert_allclose(actual, expected, **TOLERANCE[dtype])
+
+
+def test_compiled_relu_lets_nan_through_forward_and_backward(compiled):
+    """max(0, NaN) is NaN as np.maximum gives, and dz = dout ∘ [y > 0] keeps NaN · 0 = NaN."""
+    zeros = np.zeros((1, 3), np.float32)
+    bias = mt.tensor(np.array([1.0, -1.0, np.nan], np.float32), requires_grad=True)
+    y = F.linear_relu(mt.tensor(zeros), mt.tensor(np.zeros((3, 3), np.float32)), bias)
+    assert y.numpy()[0, 0] == 1 and y.numpy()[0, 1] == 0 and np.isnan(y.numpy()[0, 2])
+    y.backward(mt.tensor(np.array([[np.nan, np.nan, 1.0]], np.float32)))
+    assert np.isnan(bias.grad[:2]).all() and bias.grad[2] == 0
+
+
+def test_compiled_residual_keeps_the_same_dropout_mask(compiled, monkeypatch):
+    """The dropped entries (where dh is 0) are NumPy's: one draw of the generator, one mask."""
+    x, h = (RNG.standard_normal((50, 16)) for _ in range(2))
+    gain, bias = np.ones(16), np.zeros(16)
+    numpy_results, compiled_results = _both_ways(
+        lambda *a: F.dropout_add_layer_norm(*a, p=0.5), (x, h, gain, bias), monkeypatch)
+    dropped = numpy_results[2] == 0
+    assert 0.3 < dropped.mean() < 0.7
+    np.testing.assert_array_equal(compiled_results[2] == 0, dropped)
+
+
+def test_compiled_embedding_gradient_is_numpys_bit_for_bit(compiled, monkeypatch):
+    """The scatter-add adds every row in NumPy's order: repeated ids sum to the same bits."""
+    W = RNG.standard_normal((30, 8)).astype(np.float32)
+    ids = RNG.integers(0, 30, size=(40, 25))
+    numpy_results, compiled_results = _both_ways(
+        lambda w: F.embedding(ids, w, padding_idx=3), (W,), monkeypatch)
+    for expected, actual in zip(numpy_results, compiled_results, strict=True):
+        np.testing.assert_array_equal(actual, expected)
+    assert not compiled_results[1][3].any()
+
+
+def test_compiled_layer_norm_of_a_constant_row_is_the_bias(compiled):
+    """μ from a float64 sum is the row's value exactly, so x̂ = 0 and y = bias, as NumPy's
+    path gives: no rounding left for 1/√eps to blow up."""
+    x = np.full((4, 256), 1234.567, dtype=np.float32)
+    bias = RNG.standard_normal(256).astype(np.float32)
+    y = F.layer_norm(mt.tensor(x), mt.tensor(np.ones(256, np.float32)), mt.tensor(bias))
+    np.testing.assert_array_equal(y.numpy(), np.broadcast_to(bias, x.shape))
+
+
+def test_compiled_kernels_let_nan_and_inf_through(compiled):
+    """fastmath stops at reassociation: a non-finite input still gives a non-finite output,
+    so a diverging step is seen by the loss check, not hidden."""
+    x = RNG.standard_normal((3, 32)).astype(np.float32)
+    x[1, 5] = np.nan
+    x[2, 7] = np.inf
+    gain, bias = np.ones(32, np.float32), np.zeros(32, np.float32)
+    y = F.dropout_add_layer_norm(mt.tensor(x), mt.tensor(np.zeros_like(x)), mt.tensor(gain),
+                                 mt.tensor(bias), p=0.1).numpy()
+    assert np.isfinite(y[0]).all()
+    assert np.isnan(y[1]).all() and not np.isfinite(y[2]).any()
+    w = mt.tensor(np.ones(4, np.float32), requires_grad=True)
+    w.grad = np.array([0.1, np.nan, -0.2, np.inf], np.float32)
+    Adam([w], lr=0.1).step()
+    assert np.isfinite(w.data[[0, 2]]).all() and not np.isfinite(w.data[[1, 3]]).any()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_compiled_adam_is_numpys_update(compiled, dtype):
+    """Five steps of Adam on a vector and a matrix: the same parameters and moments as
+    NumPy's path, up to rounding."""
+    results = []
+    for on in (False, True):
+        mt.set_compiled_kernels(on)
+        rng = np.random.default_rng(3)
+        params = [mt.tensor(rng.standard_normal(shape).astype(dtype), requires_grad=True)
+                  for shape in ((7,), (300, 40))]
+        optimizer = Adam(params, lr=0.01)
+        for _ in range(5):
+            for p in params:
+                p.grad = rng.standard_normal(p.shape).astype(dtype)
+            optimizer.step()
+        results.append([p.data for p in params] + optimizer.m + optimizer.v)
+    for expected, actual in zip(*results, strict=True):
+        np.testing.assert_allclose(actual, expected, **{"float32": dict(rtol=1e-5, atol=1e-7),
+                                                        "float64": dict(rtol=1e-13,
+                                                                        atol=1e-15)}[dtype])
+
+
+def test_a_model_on_compiled_kernels_has_numpys_loss_and_gradients(compiled):
+    """A Transformer's label-smoothed loss and every parameter's gradient, the same up to
+    float32 rounding (absolute: the keys' biases have gradients of rounding size only, being
+    0 in exact arithmetic, as softmax does not see a shift of all its scores)."""
+    outcomes = []
+    for on in (False, True):
+        mt.set_compiled_kernels(on)
+        mt.manual_seed(0)
+        model = Transformer(TransformerConfig(src_vocab_size=40, tgt_vocab_size=40,
+                                              n_layers=2, d_model=32, d_ff=64, n_heads=4))
+        rng = np.random.default_rng(0)
+        src, tgt = rng.integers(1, 40, size=(6, 9)), rng.integers(1, 40, size=(6, 10))
+        mt.manual_seed(5)
+        loss = F.cross_entropy(model(src, tgt[:, :-1]), tgt[:, 1:], label_smoothing=0.1,
+                               ignore_index=0)
+        loss.backward()
+        outcomes.append((loss.item(), [p.grad for p in model.parameters()]))
+    assert outcomes[1][0] == pytest.approx(outcomes[0][0], rel=1e-6)
+    for expected, actual in zip(outcomes[0][1], outcomes[1][1], strict=True):
+        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-7)
+
+
+def test_the_switch(monkeypatch):
+    assert not mt.get_compiled_kernels()          # the tests' default: NumPy's path
+    mt.set_compiled_kernels(True)
+    assert mt.get_compiled_kernels() and _compiled.enabled(np)
+    backend.use("strict")                         # the simulated GPU keeps its own path
+    assert not _compiled.enabled(backend.get_array_module(mt.zeros(1).data))
+    with pytest.raises(TypeError, match="True or False"):
+        mt.set_compiled_kernels("yes")
+    monkeypatch.setattr(_compiled, "available", lambda: False)
+    assert not mt.get_compiled_kernels()
+    with pytest.raises(ImportError, match=r"pip install 'minitransformer\[fast\]'"):
+        mt.set_compiled_kernels(True)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("0", False), ("off", False), ("1", True),
+                                                 (None, True)])
+def test_the_environment_variable_switches_them_off(monkeypatch, value, expected):
+    if value is None:
+        monkeypatch.delenv("MINITRANSFORMER_COMPILED", raising=False)
+    else:
+        monkeypatch.setenv("MINITRANSFORMER_COMPILED", value)
+    out = subprocess.run([sys.executable, "-c", "import minitransformer as mt; "
+                          "print(mt.get_compiled_kernels())"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(expected)
