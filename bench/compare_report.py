@@ -179,6 +179,8 @@ def report(results: dict) -> str:
         f"{m['numpy']} ({m['numpy_blas']}), torch {m['torch']} ({m['torch_blas']}); device "
         f"{results['device']}"
         + (f" ({m['gpu']}, CuPy {m['cupy']}, CUDA {m['torch_cuda']})" if "gpu" in m else "")
+        + (f"; minitransformer's CPU kernels: {m['minitransformer_kernels']}"
+           if "minitransformer_kernels" in m else "")
         + (f"; {results['date']}" if "date" in results else "")
         + (f"; commit {results['commit']}" if "commit" in results else "")
         + f". Vocabulary {results['vocab_size']}. "

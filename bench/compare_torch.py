@@ -71,7 +71,7 @@ from compare_report import (
     training_table,
 )
 from floor import check_against_trace, step_products, time_floor, traced_products
-from machine import commit, cpu_name, kind
+from machine import commit, cpu_name, kernels, kind
 from parity_torch import KINK_MARGIN, batch_away_from_kinks, relative
 from torch_model import TorchTransformer, copy_weights
 from torch_model import beam_search as torch_beam_search
@@ -637,7 +637,7 @@ def machine_info(args) -> dict:
             "cores": os.cpu_count(), "python": sys.version.split()[0],
             "numpy": np.__version__, "numpy_blas": numpy_blas, "torch": torch.__version__,
             "torch_blas": "MKL" if torch.backends.mkl.is_available() else "no MKL",
-            "threads": args.threads,
+            "threads": args.threads, "minitransformer_kernels": kernels(),
             "thread_environment": {v: os.environ.get(v)
                                    for v in (*THREAD_VARIABLES, "OPENBLAS_THREAD_TIMEOUT")},
             "load_average_at_start": os.getloadavg()[0]}
@@ -685,6 +685,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, help="timed steps per length (default: 5 for "
                         "small, 3 for larger), after one warm-up step")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of both")
+    parser.add_argument("--kernels", choices=["numpy", "compiled"], default=None,
+                        help="minitransformer's CPU kernels (default: compiled where Numba "
+                             "is installed)")
     parser.add_argument("--memory-lengths", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--sentences", type=int, default=500)
     parser.add_argument("--decode-batch", type=int, nargs="+", default=None,
@@ -740,6 +743,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory_worker:
         print(json.dumps(memory_worker(json.loads(args.memory_worker))))
         return 0
+    if args.kernels is not None:  # the memory workers, run as processes, inherit it
+        os.environ["MINITRANSFORMER_COMPILED"] = "1" if args.kernels == "compiled" else "0"
+        mt.set_compiled_kernels(args.kernels == "compiled")
     pin_threads(args.threads, argv)
     torch.set_num_threads(args.threads)
     if args.device == "cuda" and not cuda_usable():
@@ -756,8 +762,8 @@ def main(argv: list[str] | None = None) -> int:
             name: {**c.to_dict(), "num_parameters": Transformer(c).num_parameters()}
             for name, c in configs.items()},
     }
-    print(f"{results['machine']['cpu']}, {args.threads} threads, device {args.device}",
-          flush=True)
+    print(f"{results['machine']['cpu']}, {args.threads} threads, device {args.device}, "
+          f"minitransformer's kernels: {results['machine']['minitransformer_kernels']}", flush=True)
     if args.device == "cpu" and os.getloadavg()[0] > 0.5:
         print(f"warning: the machine is busy (load average {os.getloadavg()[0]:.1f}); BLAS "
               "threads that wait for a busy core make every timing here much slower",

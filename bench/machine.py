@@ -1,6 +1,7 @@
 """What a benchmark ran on and at which commit, for its results file: the processor's model
-name (from /proc/cpuinfo where there is one), the cores, Python and NumPy; a short name of
-the machine kind for the file names ("epyc", "xeon", "h100"); the git commit."""
+name (from /proc/cpuinfo where there is one), the cores, Python and NumPy, and which CPU
+kernels minitransformer ran (NumPy's or the compiled ones); a short name of the machine kind
+for the file names ("epyc", "xeon", "h100"); the git commit."""
 
 from __future__ import annotations
 
@@ -29,7 +30,18 @@ def cpu_name() -> str:
 def machine() -> dict:
     return {"processor": platform.processor() or platform.machine(), "cpu": cpu_name(),
             "cpu_count": os.cpu_count(), "python": sys.version.split()[0],
-            "numpy": np.__version__}
+            "numpy": np.__version__, "kernels": kernels()}
+
+
+def kernels() -> str:
+    """"numpy", or "compiled (numba 0.68.1)" when minitransformer runs its compiled kernels
+    (the `fast` extra installed, MINITRANSFORMER_COMPILED not 0)."""
+    import minitransformer as mt
+
+    if not mt.get_compiled_kernels():
+        return "numpy"
+    import numba
+    return f"compiled (numba {numba.__version__})"
 
 
 def kind(gpu: str | None = None) -> str:

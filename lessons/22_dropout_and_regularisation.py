@@ -145,10 +145,13 @@ print(inspect.getsource(Residual.forward))
 # %% [markdown]
 # In training, the post-LN branch hands its three steps to one Function,
 # `F.dropout_add_layer_norm`, which runs them together on blocks of rows while they sit in the
-# cache, for fewer passes over memory (`docs/performance.md`). It computes the same numbers,
-# bit for bit, as dropout, the sum and the layer norm one after the other, from the same seed:
+# cache, for fewer passes over memory (`docs/performance.md`). In NumPy it computes the same
+# numbers, bit for bit, as dropout, the sum and the layer norm one after the other, from the
+# same seed:
 
 # %%
+compiled_before = mt.get_compiled_kernels()
+mt.set_compiled_kernels(False)  # NumPy's code, the reference path
 x, h = (mt.tensor(rng.standard_normal((2, 3, 8)).astype("float32")) for _ in range(2))
 gain, bias = mt.ones(8), mt.zeros(8)
 mt.manual_seed(7)
@@ -156,6 +159,24 @@ fused = F.dropout_add_layer_norm(x, h, gain, bias, p=0.1)
 mt.manual_seed(7)
 three_steps = F.layer_norm(x + F.dropout(h, 0.1), gain, bias)
 print("the same numbers:", np.array_equal(fused.data, three_steps.data))
+
+# %% [markdown]
+# With the `fast` extra installed (`pip install "minitransformer[fast]"`, which brings Numba),
+# the CPU runs this Function as one compiled loop per row instead (`functional/_compiled.py`):
+# the same formulas and the same dropout mask, with the row's sums taken in another order, so
+# equal up to float32 rounding (an ulp of the largest entries) rather than bit for bit:
+
+# %%
+try:
+    mt.set_compiled_kernels(True)
+except ImportError as missing:
+    print(missing)
+else:
+    mt.manual_seed(7)
+    compiled = F.dropout_add_layer_norm(x, h, gain, bias, p=0.1)
+    print("largest difference:", float(np.abs(compiled.data - fused.data).max()),
+          "| largest entry:", float(np.abs(fused.data).max()))
+mt.set_compiled_kernels(compiled_before)
 
 # %% [markdown]
 # and the sums of the embeddings and the positional encodings go through one more `Dropout`
