@@ -16,6 +16,9 @@ Derivation: x̂_i = (x_i - μ) rstd with ∂μ/∂x_j = 1/C and ∂rstd/∂x_j =
 = -rstd² x̂_j / C, so ∂x̂_i/∂x_j = rstd (δ_ij - 1/C - x̂_i x̂_j / C), and
 dx_j = Σ_i g_i ∂x̂_i/∂x_j = rstd (g_j - mean(g) - x̂_j mean(g ∘ x̂)).
 
+On the CPU these steps run on blocks of rows (the NumPy row kernels at the end of this file),
+or, with the `fast` extra, as one compiled loop per row (``_compiled.py``).
+
 Dimensions: x (..., C) with C = d_model; gain, bias (C,); mean, rstd (..., 1).
 """
 

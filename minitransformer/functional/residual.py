@@ -19,7 +19,9 @@ of rows does all three while a block is in the cache, and writes the mask, r and
 three Functions write the mask, the dropped h, r, x̂ and y and read the dropped h and r back.
 Backward computes x̂ again from r, which is kept in its place. A training step of the `small`
 model has fifteen of these; training only (evaluation has no dropout:
-``Residual`` then calls the layer norm on x + h).
+``Residual`` then calls the layer norm on x + h). With the compiled kernels (``_compiled.py``,
+the `fast` extra) each row is one compiled loop instead: the same mask and formulas, its sums
+in another order of rounding.
 
 Dimensions: x, h, y (..., C) with C = d_model; gain, bias (C,).
 """
