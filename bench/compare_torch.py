@@ -23,7 +23,8 @@ One run measures, in order:
    per thread on single-threaded BLAS), summed: what a NumPy implementation cannot go below.
    Each case reports step time / floor beside the ratio to PyTorch. The warm-up step of
    minitransformer is traced: the list's FLOPs must be those of the step's numpy.matmul calls.
-4. Peak memory of two training steps, each implementation in a fresh subprocess.
+4. Peak memory of two training steps, each implementation in a fresh subprocess (after one
+   step of a tiny model, which loads its code).
 5. Decoding: greedy and beam search, with and without the key/value cache, the same
    algorithm on both sides (torch_model.py ports translation/decode.py), each case
    --decode-repeats times per side, alternating run by run (--decode-alternation batch: batch
@@ -322,14 +323,27 @@ def time_training(name: str, config: TransformerConfig, args, peak: float) -> di
 # ----------------------------------------------------------------------------- 4. memory
 
 def memory_worker(spec: dict) -> dict:
-    """In a fresh process: build one implementation's model and Adam, read the memory in use,
-    run two training steps, read the peak. CPU: resident set size (RSS, Linux); GPU: bytes
-    allocated (peak of CuPy's pool in use / torch.cuda.max_memory_allocated), and held."""
+    """In a fresh process: one step of a tiny model first (the library's code loaded: for
+    minitransformer's compiled kernels, Numba and LLVM, about 150 MiB resident), then build
+    one implementation's model and Adam, read the memory in use, run two training steps, read
+    the peak. CPU: resident set size (RSS, Linux); GPU: bytes allocated (peak of CuPy's pool in
+    use / torch.cuda.max_memory_allocated), and held. The step's memory is the peak over the
+    baseline; the peak itself includes the libraries' code."""
     device, impl = spec["device"], spec["impl"]
     torch.set_num_threads(spec["threads"])
     if device == "cuda":
         mt.use("cuda")
         pool, cupy_peak = _track_cupy_peak()
+    tiny = TransformerConfig(src_vocab_size=64, tgt_vocab_size=64, n_layers=1, d_model=16,
+                             d_ff=32, n_heads=2)
+    tiny_batch = to_device(random_batch(np.random.default_rng(1), 64, 4, 8), impl, device)
+    if impl == "minitransformer":
+        tiny_model = Transformer(tiny)
+        minitransformer_step(tiny_model, Adam(tiny_model.parameters(), lr=1e-4))(tiny_batch)
+    else:
+        tiny_model = TorchTransformer(tiny).to(device)
+        torch_step(tiny_model, torch.optim.Adam(tiny_model.parameters(), lr=1e-4))(tiny_batch)
+    del tiny_model
     config = TransformerConfig.named(spec["config"], spec["vocab_size"])
     L = spec["length"]
     host = random_batch(np.random.default_rng(0), spec["vocab_size"],
@@ -835,10 +849,13 @@ def measure_all_memory(results: dict, configs: dict, args: argparse.Namespace) -
     moments = ", ".join(f"{name} {8 * c['num_parameters'] / MiB:,.0f} MiB"
                         for name, c in results["configs"].items())
     results["memory_note"] = (
-        "Each implementation in a fresh process: baseline = memory in use once model and "
-        "Adam are built, peak = maximum over two training steps, step = peak − baseline. "
+        "Each implementation in a fresh process: one step of a tiny model first, which loads "
+        "the implementation's code (minitransformer's compiled kernels: Numba and LLVM), then "
+        "baseline = memory in use once model and Adam are built, peak = maximum over two "
+        "training steps, step = peak − baseline. "
         + ("Resident set size (RSS; its peak VmHWM is reset at the baseline); both processes "
-           "load the same libraries (NumPy, torch, minitransformer). "
+           "load the same libraries (NumPy, torch, minitransformer), and minitransformer's "
+           "with the compiled kernels Numba as well. "
            if args.device == "cpu" else
            "GPU bytes allocated (CuPy's pool in use; torch.cuda.max_memory_allocated); the "
            "JSON also has the bytes each allocator holds. ")

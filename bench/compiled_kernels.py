@@ -129,7 +129,7 @@ def steps(lengths: list[int], n_steps: int) -> list[dict]:
         B = 4000 // L
         src, tgt = rng.integers(4, 8000, size=(B, L)), rng.integers(4, 8000, size=(B, L + 1))
 
-        def step():
+        def step(model=model, optimizer=optimizer, src=src, tgt=tgt):
             start = time.perf_counter()
             optimizer.zero_grad()
             loss = F.cross_entropy(model(src, tgt[:, :-1]), tgt[:, 1:], label_smoothing=0.1,
