@@ -90,7 +90,7 @@ class Adam:
             # (shared by all parameters on a device): no temporaries, g left untouched. Large
             # parameters are updated in blocks of elements on worker threads.
             arrays = (p.data, g, m, v)
-            if _compiled.enabled(xp) and all(a.flags.c_contiguous for a in arrays):
+            if _compiled.enabled(xp, *arrays) and all(a.flags.c_contiguous for a in arrays):
                 # the same update, one compiled pass over each block
                 kernel = functools.partial(_compiled.kernels().adam_update, beta1=beta1,
                                            beta2=beta2, step_size=float(step_size),

@@ -22,10 +22,14 @@ is vectorised where Numba's, without Intel's SVML, calls the C library once per 
 Every kernel takes one block of rows (or elements) and releases Python's lock
 (``nogil``): the library's own workers run the blocks (``_blocks.for_blocks``), so the
 threading, its shared-cores choice and the numbers (each row computed alone, whichever thread
-takes it) are those of the NumPy path. Sums are accumulated in float64 and may be reordered
-for the vector registers (``fastmath`` limited to reassociation and contraction: NaN and inf
-propagate as IEEE says, so a diverging loss is still seen). Kernels compile on first use for
-each dtype (about half a second each) and are cached on disk by Numba.
+takes it) are those of the NumPy path. A row's sums are accumulated in float64, the column
+sums of dgain, dbias and db in the array's dtype within a block, and the compiler may reorder
+a sum for the vector registers and divide by multiplying with a reciprocal (``fastmath``
+limited to reassociation, contraction, the sign of zero and reciprocals: no assumption that
+values are finite, so NaN and inf propagate, and a dropped NaN stays NaN as in NumPy's
+products; a diverging loss is still seen). float32 and float64 only: other dtypes take
+NumPy's path. Kernels compile on first use for each dtype and memory layout (about half a
+second each) and are cached on disk by Numba where it may write.
 
     N rows   C features (d_model)
 """
@@ -55,10 +59,15 @@ def available() -> bool:
     return True
 
 
-def enabled(xp: Any) -> bool:
+_FLOATS = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
+
+
+def enabled(xp: Any, *arrays: Any) -> bool:
     """True where the layers should call these kernels: on NumPy arrays, with Numba installed
-    and the kernels not switched off."""
-    return xp is numpy and _wanted and available()
+    and the kernels not switched off, and every float array given float32 or float64 (Numba
+    compiles no float16; those take NumPy's path)."""
+    return (xp is numpy and _wanted and available()
+            and all(a.dtype in _FLOATS for a in arrays if a is not None and a.dtype.kind == "f"))
 
 
 def set_compiled_kernels(on: bool) -> None:
@@ -82,8 +91,14 @@ def kernels() -> Any:
     """The compiled functions (Numba imported, and each kernel compiled, on first use)."""
     import numba
 
-    jit = functools.partial(numba.njit, nogil=True, cache=True, fastmath=_FASTMATH,
-                            error_model="numpy")
+    def jit(function):
+        """Compiled, and cached on disk where Numba finds a folder it may write (beside this
+        file, or the user's cache); elsewhere compiled again in each process."""
+        options = dict(nogil=True, fastmath=_FASTMATH, error_model="numpy")
+        try:
+            return numba.njit(cache=True, **options)(function)
+        except RuntimeError:  # "no locator available": nowhere to write the cache
+            return numba.njit(**options)(function)
 
     @jit
     def normalize_row(r, gain, bias, eps, y):
@@ -92,7 +107,7 @@ def kernels() -> Any:
         total = 0.0
         for j in range(C):
             total += r[j]
-        mean = r.dtype.type(total / C)      # float64 sum: a constant row gives μ exactly
+        mean = r.dtype.type(total / C)      # float64 sum: a constant float32 row gives μ exactly
         squares = 0.0
         for j in range(C):
             centred = r[j] - mean
@@ -108,12 +123,13 @@ def kernels() -> Any:
         """Rows (n, C): keep = [levels >= threshold], r = x + h ∘ keep · scale,
         y = LayerNorm(r); mean, rstd (n,)."""
         n, C = x.shape
-        zero = x.dtype.type(0)
+        zero, one = x.dtype.type(0), x.dtype.type(1)
         for i in range(n):
             for j in range(C):
                 kept = levels[i, j] >= threshold
                 keep[i, j] = kept
-                r[i, j] = x[i, j] + (h[i, j] * scale if kept else zero)
+                # a product, not a select, as NumPy's h ∘ keep: a dropped NaN or inf stays NaN
+                r[i, j] = x[i, j] + h[i, j] * (one if kept else zero) * scale
             mean[i], rstd[i] = normalize_row(r[i], gain, bias, eps, y[i])
 
     @jit
@@ -147,14 +163,14 @@ def kernels() -> Any:
         """Rows (n, C): x̂ again from r, dr = the layer norm's dx, dh = dr ∘ keep · scale
         (skipped when dh has no rows); x_hat (C,) is scratch."""
         n, C = d.shape
-        zero = d.dtype.type(0)
+        zero, one = d.dtype.type(0), d.dtype.type(1)
         for i in range(n):
             for j in range(C):
                 x_hat[j] = (r[i, j] - mean[i] - shift[i]) * rstd[i]
             normalized_gradient_row(d[i], x_hat, gain, rstd[i], dr[i], dgain, dbias)
             if dh.shape[0]:
-                for j in range(C):
-                    dh[i, j] = dr[i, j] * scale if keep[i, j] else zero
+                for j in range(C):  # a product, as NumPy's dr ∘ keep · s
+                    dh[i, j] = dr[i, j] * (one if keep[i, j] else zero) * scale
 
     @jit
     def layer_norm_backward(d, x_hat, gain, rstd, dx, dgain, dbias):

@@ -56,7 +56,7 @@ class Embedding(Function):
         # fwd 1: y[n] = W[ids[n]]  ->  dW[v] = Σ_{n: ids[n] = v} dout[n] (scatter-add: a
         # repeated id accumulates, where dW[ids] = dout would keep only one of its rows)
         dW = xp.zeros((self.V, C), dtype=dout.dtype)                   # (V, C)
-        if _compiled.enabled(xp):  # the same sums, added in the same order, compiled
+        if _compiled.enabled(xp, dout):  # the same sums, added in the same order, compiled
             _compiled.kernels().scatter_add_rows(ids.reshape(-1), dout.reshape(-1, C), dW)
         else:
             xp.add.at(dW, ids.reshape(-1), dout.reshape(-1, C))         # (N,), (N, C)

@@ -107,11 +107,12 @@ class Linear(Function):
         # 3. y = y + b (and 4. y = max(0, y) in LinearReLU), in place: y2 is the product's
         # new array; on blocks of rows on worker threads
         if bias is not None or self.relu:
-            compiled = self.relu and bias is not None and _compiled.enabled(xp)  # one pass
+            compiled = self.relu and bias is not None and _compiled.enabled(xp, y2, bias)
+            kernel = _compiled.kernels().bias_relu if compiled else None  # one pass a block
 
             def bias_relu(rows):
                 if compiled:
-                    _compiled.kernels().bias_relu(y2[rows], bias)
+                    kernel(y2[rows], bias)
                 else:
                     _bias_relu_(y2[rows], bias, self.relu, xp)
             for_blocks(bias_relu, y2.shape[0], C_out * y2.itemsize, xp)
@@ -136,7 +137,7 @@ class Linear(Function):
                 dz = xp.multiply(dout2[rows], y2[rows] > 0, out=masked[rows])
                 if want_db:
                     partial[rows.start] = sum_rows(dz)
-            if _compiled.enabled(xp):  # the same, and db, in one compiled pass
+            if _compiled.enabled(xp, dout2, y2):  # the same, and db, in one compiled pass
                 kernel = _compiled.kernels().relu_gradient
 
                 def mask(rows):

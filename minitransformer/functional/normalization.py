@@ -57,7 +57,7 @@ class LayerNorm(Function):
 
         def normalize(rows):
             rstd[rows] = normalize_rows(x2[rows], gain, bias, self.eps, x_hat[rows], y[rows])[2]
-        if _compiled.enabled(xp):  # the same steps, each row in one compiled loop
+        if _compiled.enabled(xp, x, gain, bias):  # the same steps, one compiled loop a row
             normalize = _compiled_rows(_compiled.kernels().layer_norm_forward, x2, gain, bias,
                                        self.eps, x_hat, y, rstd[:, 0])
         for_blocks(normalize, x2.shape[0], C * x.itemsize, xp)
@@ -84,7 +84,7 @@ class LayerNorm(Function):
         def gradients(rows):
             dx_rows = dx[rows] if dx is not None else None
             partial[rows.start] = gradient_rows(d2[rows], x_hat2[rows], gain, rstd2[rows], dx_rows)
-        if _compiled.enabled(xp):  # the same, each row in one compiled loop
+        if _compiled.enabled(xp, d2, x_hat2, gain):  # the same, one compiled loop a row
             gradients = _compiled_gradients(d2, x_hat2, gain, rstd2[:, 0], dx, partial)
         for_blocks(gradients, d2.shape[0], C * dout.itemsize, xp)
         dgain, dbias = add_partial_sums(partial)

@@ -64,6 +64,7 @@ class DropoutAddLayerNorm(Function):
             return y
         C = x.shape[-1]
         threshold, scale = levels_kept(self.p)                          # n, 1 / (1 - p')
+        scale = x.dtype.type(scale)  # as NumPy applies a Python float to x's dtype
         u = draw_levels(backend.device_of(x), x.shape, xp).reshape(-1, C)  # (N, C) uint16
         x2, h2 = x.reshape(-1, C), h.reshape(-1, C)                     # (N, C) each
         keep = xp.empty(x2.shape, dtype=bool)                           # (N, C)
@@ -82,8 +83,7 @@ class DropoutAddLayerNorm(Function):
             for stat, value in zip(stats, normalize_rows(r_rows, gain, bias, self.eps,
                                                          x_hat, y[rows]), strict=True):
                 stat[rows] = value
-        if _compiled.enabled(xp):  # the same steps, each row in one compiled loop
-            scale = x.dtype.type(scale)
+        if _compiled.enabled(xp, x, h, gain, bias):  # the same steps, one compiled loop a row
             residual = _compiled_forward(x2, h2, u, threshold, scale, gain, bias, self.eps,
                                          keep, r, y, stats)
         for_blocks(residual, x2.shape[0], C * x.itemsize, xp)
@@ -116,7 +116,7 @@ class DropoutAddLayerNorm(Function):
             if dh is not None:
                 dh_rows = xp.multiply(dr[rows], keep[rows], out=dh[rows])
                 dh_rows *= scale
-        if _compiled.enabled(xp):  # the same steps, each row in one compiled loop
+        if _compiled.enabled(xp, d2, r, gain):  # the same steps, one compiled loop a row
             gradients = _compiled_backward(d2, self.saved, dr, dh, partial)
         for_blocks(gradients, d2.shape[0], C * dout.itemsize, xp)
         dgain, dbias = add_partial_sums(partial)

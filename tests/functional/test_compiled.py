@@ -155,16 +155,72 @@ def test_compiled_kernels_let_nan_and_inf_through(compiled):
     assert np.isfinite(w.data[[0, 2]]).all() and not np.isfinite(w.data[[1, 3]]).any()
 
 
+def test_compiled_residual_keeps_a_dropped_nan_visible(compiled):
+    """NumPy drops by a product, h ∘ keep, so a NaN or inf that dropout drops still makes its
+    row NaN (a diverging sub-layer is not hidden); the compiled kernel multiplies as well."""
+    x = np.zeros((40, 16), np.float32)
+    h = RNG.standard_normal((40, 16)).astype(np.float32)
+    h[:, 0] = np.nan                       # dropped in about half the rows
+    gain, bias = np.ones(16, np.float32), np.zeros(16, np.float32)
+    mt.manual_seed(3)
+    y = F.dropout_add_layer_norm(*(mt.tensor(a) for a in (x, h, gain, bias)), p=0.5).numpy()
+    assert np.isnan(y).all()
+    x_t, h_t = mt.tensor(x, requires_grad=True), mt.tensor(np.ones_like(x), requires_grad=True)
+    mt.manual_seed(3)
+    out = F.dropout_add_layer_norm(x_t, h_t, mt.tensor(gain), mt.tensor(bias), p=0.5)
+    out.backward(mt.tensor(np.full(x.shape, np.nan, np.float32)))
+    assert np.isnan(h_t.grad).all()        # dropped entries too: NaN · 0 is NaN
+
+
+@pytest.mark.parametrize("layer", ["layer_norm", "dropout_add_layer_norm", "linear_relu",
+                                   "embedding"])
+def test_float16_takes_numpys_path(compiled, monkeypatch, layer):
+    """Numba compiles no float16: such arrays run NumPy's code, and give its numbers."""
+    C = 8
+    x, h = (RNG.standard_normal((5, C)).astype(np.float16) for _ in range(2))
+    gain, bias = np.ones(C, np.float16), np.zeros(C, np.float16)
+    function, arrays = {
+        "layer_norm": (F.layer_norm, (x, gain, bias)),
+        "dropout_add_layer_norm": (lambda *a: F.dropout_add_layer_norm(*a, p=0.2),
+                                   (x, h, gain, bias)),
+        "linear_relu": (F.linear_relu, (x, RNG.standard_normal((6, C)).astype(np.float16),
+                                        np.zeros(6, np.float16))),
+        "embedding": (lambda w: F.embedding(np.array([[1, 2, 1]]), w), (x,)),
+    }[layer]
+    assert not _compiled.enabled(np, x)
+    numpy_results, compiled_results = _both_ways(function, arrays, monkeypatch)
+    for expected, actual in zip(numpy_results, compiled_results, strict=True):
+        np.testing.assert_array_equal(actual, expected)
+
+
+@pytest.mark.parametrize("frozen", ["input", "sub-layer output"])
+def test_compiled_backward_leaves_out_the_gradients_not_asked_for(compiled, monkeypatch,
+                                                                   frozen):
+    """A frozen input gets no gradient, and the others are those computed with it asked."""
+    x, h = (RNG.standard_normal((30, 12)) for _ in range(2))
+    gain, bias = RNG.standard_normal(12), RNG.standard_normal(12)
+    if frozen == "input":
+        def function(g, b):
+            return F.layer_norm(mt.tensor(x), g, b)
+    else:
+        def function(x_, g, b):
+            return F.dropout_add_layer_norm(x_, mt.tensor(h), g, b, p=0.3)
+    arrays = (gain, bias) if frozen == "input" else (x, gain, bias)
+    numpy_results, compiled_results = _both_ways(function, arrays, monkeypatch)
+    for expected, actual in zip(numpy_results, compiled_results, strict=True):
+        np.testing.assert_allclose(actual, expected, **TOLERANCE["float64"])
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_compiled_adam_is_numpys_update(compiled, dtype):
-    """Five steps of Adam on a vector and a matrix: the same parameters and moments as
-    NumPy's path, up to rounding."""
+    """Five steps of Adam on a vector and two matrices (the larger in several blocks on the
+    workers): the same parameters and moments as NumPy's path, up to rounding."""
     results = []
     for on in (False, True):
         mt.set_compiled_kernels(on)
         rng = np.random.default_rng(3)
         params = [mt.tensor(rng.standard_normal(shape).astype(dtype), requires_grad=True)
-                  for shape in ((7,), (300, 40))]
+                  for shape in ((7,), (300, 40), (700, 500))]
         optimizer = Adam(params, lr=0.01)
         for _ in range(5):
             for p in params:
