@@ -42,7 +42,7 @@ import os
 import types
 from typing import Any
 
-import numpy
+from .. import backend
 
 _FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
 _wanted = os.environ.get("MINITRANSFORMER_COMPILED", "1").strip().lower() not in {
@@ -59,15 +59,13 @@ def available() -> bool:
     return True
 
 
-_FLOATS = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
-
-
 def enabled(xp: Any, *arrays: Any) -> bool:
     """True where the layers should call these kernels: on NumPy arrays, with Numba installed
     and the kernels not switched off, and every float array given float32 or float64 (Numba
     compiles no float16; those take NumPy's path)."""
-    return (xp is numpy and _wanted and available()
-            and all(a.dtype in _FLOATS for a in arrays if a is not None and a.dtype.kind == "f"))
+    return (xp is backend.get_backend("cpu").xp and _wanted and available()
+            and all(a.dtype.name in ("float32", "float64")
+                    for a in arrays if a is not None and a.dtype.kind == "f"))
 
 
 def set_compiled_kernels(on: bool) -> None:
@@ -173,10 +171,10 @@ def kernels() -> Any:
                     dh[i, j] = dr[i, j] * (one if keep[i, j] else zero) * scale
 
     @jit
-    def layer_norm_backward(d, x_hat, gain, rstd, dx, dgain, dbias):
-        """Rows (n, C): dx (skipped when it has no rows, into a scratch row), dgain, dbias."""
+    def layer_norm_backward(d, x_hat, gain, rstd, dx, scratch, dgain, dbias):
+        """Rows (n, C): dx (skipped when it has no rows: written into the (C,) scratch row
+        instead), dgain, dbias."""
         n, C = d.shape
-        scratch = numpy.empty(C, dtype=d.dtype)
         for i in range(n):
             out = dx[i] if dx.shape[0] else scratch
             normalized_gradient_row(d[i], x_hat[i], gain, rstd[i], out, dgain, dbias)

@@ -177,7 +177,7 @@ def _compiled_gradients(d2, x_hat2, gain, rstd, dx, partial):
     def gradients(rows):
         sums = xp.zeros((2, C), dtype=d2.dtype)                         # dgain, dbias
         kernel(d2[rows], x_hat2[rows], gain, rstd[rows], no_dx if dx is None else dx[rows],
-               sums[0], sums[1])
+               xp.empty(C, d2.dtype), sums[0], sums[1])
         partial[rows.start] = (sums[0], sums[1])
     return gradients
 
