@@ -687,7 +687,8 @@ def pin_threads(threads: int, argv: list[str]) -> None:
     os.execve(sys.executable, [sys.executable, str(script), *argv], env)
 
 
-PARTS = ("training", "memory", "decoding")  # what --only can pick; parity always runs
+# what --only can pick; parity always runs; "graphs" (bench/cuda_graphs.py) only on a GPU
+PARTS = ("training", "memory", "decoding", "graphs")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -741,10 +742,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         gpu = args.device == "cuda" and torch.cuda.is_available()
         suffix = "." + kind(torch.cuda.get_device_name() if gpu else None)
         suffix += ".quick" if args.quick else ""
-        parts = [part for part in PARTS if part in args.only]
+        every = [part for part in PARTS if part != "graphs" or gpu]
+        parts = [part for part in every if part in args.only]
         if "decoding" in parts and len(args.decode_batch or ()) > 1:
             parts[parts.index("decoding")] = "decoding-batch-sizes"
-        if parts != list(PARTS):  # a partial run does not replace the full results
+        if parts != every:  # a partial run does not replace the full results
             suffix += "." + "-".join(parts)
         args.output = str(HERE / "results" / f"compare_torch{suffix}.json")
     args.markdown = args.markdown or str(Path(args.output).with_suffix(".md"))
@@ -827,7 +829,7 @@ def main(argv: list[str] | None = None) -> int:
         results["decoding"] = time_decoding(args)
         print(decoding_tables(results["decoding"]), flush=True)
 
-    if args.device == "cuda":  # the same steps replayed as CUDA graphs (cuda_graphs.py)
+    if args.device == "cuda" and "graphs" in args.only:  # the steps replayed as CUDA graphs
         import cuda_graphs
         graph_args = cuda_graphs.parse_args(["--config", args.configs[0], "--vocab-size",
                                              str(args.vocab_size), "--checkpoint",
