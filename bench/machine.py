@@ -56,7 +56,8 @@ def kind(gpu: str | None = None) -> str:
 
 def commit() -> str:
     """The short hash of the checked-out commit, with "-dirty" when the package or bench/
-    (results aside) differ from it; "unknown" outside a git checkout."""
+    (results aside) differ from it. Outside a git checkout (a copy of the tree sent to
+    another machine), $BENCH_COMMIT if set, else "unknown"."""
     def git(*args: str) -> str:
         try:
             return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
@@ -66,7 +67,7 @@ def commit() -> str:
 
     head = git("rev-parse", "--short", "HEAD")
     if not head:
-        return "unknown"
+        return os.environ.get("BENCH_COMMIT", "unknown")
     changed = git("status", "--porcelain", "--", "minitransformer", "bench",
                   ":(exclude)bench/results")
     return head + ("-dirty" if changed else "")
