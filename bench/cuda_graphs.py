@@ -122,7 +122,8 @@ def time_decoding(args) -> dict:
     batches = padded_batches(sources, args.decode_batch)
     result = {"inputs": what, "batch_size": args.decode_batch, "cases": {}}
     for algorithm in ("greedy", "beam"):
-        graphs = DecodingGraphs(model)
+        # a graph per (batch, step) shape: room for every step of every batch
+        graphs = DecodingGraphs(model, max_graphs=args.decode_graphs)
 
         def run(with_graphs, algorithm=algorithm):
             out = []
@@ -186,6 +187,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--decode-batch", type=int, default=128)
     p.add_argument("--decode-repeats", type=int, default=6)
     p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--decode-graphs", type=int, default=2048,
+                   help="graphs kept for decoding (one per batch shape and step)")
     p.add_argument("--data", default=str(HERE.parents[1] / "shared" / "data" / "multi30k"))
     p.add_argument("--checkpoint", default="")
     p.add_argument("--quick", action="store_true", help="length 16, 3 steps, 50 sentences")

@@ -56,8 +56,11 @@ def kind(gpu: str | None = None) -> str:
 
 def commit() -> str:
     """The short hash of the checked-out commit, with "-dirty" when the package or bench/
-    (results aside) differ from it. Outside a git checkout (a copy of the tree sent to
-    another machine), $BENCH_COMMIT if set, else "unknown"."""
+    (results aside) differ from it; "unknown" outside a git checkout. $BENCH_COMMIT, where
+    set, names it instead (a copy of the tree sent to another machine, whose git folder, if
+    any, is not this tree's)."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
     def git(*args: str) -> str:
         try:
             return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
@@ -67,7 +70,7 @@ def commit() -> str:
 
     head = git("rev-parse", "--short", "HEAD")
     if not head:
-        return os.environ.get("BENCH_COMMIT", "unknown")
+        return "unknown"
     changed = git("status", "--porcelain", "--", "minitransformer", "bench",
                   ":(exclude)bench/results")
     return head + ("-dirty" if changed else "")

@@ -107,8 +107,8 @@ class StrictCapture:
     def operation(self, func: Callable[..., Any], args: tuple, kwargs: dict,
                   wrap: Callable[[Any], Any]) -> Any:
         name = getattr(func, "__name__", "")
-        if name in _VALUE_SHAPED or (func is operator.getitem and any(
-                a.dtype == bool for a in _ndarrays(args[1]))):
+        if name in _VALUE_SHAPED or (func in (operator.getitem, operator.setitem) and any(
+                a.dtype == bool for a in _ndarrays(args[1]))):  # CuPy counts the mask on the host
             self.refuse(f"{name or 'boolean indexing'}: the result's shape depends on values")
         for array in _ndarrays((args, kwargs, func)):  # keep what existed before, once
             root = _root(array)

@@ -100,3 +100,62 @@ def test_memory_stats_report_the_cupy_pool():
     stats = mt.backend.memory_stats()
     mt.use("cpu")
     assert stats["used_bytes"] >= x.data.nbytes and stats["pool_bytes"] >= stats["used_bytes"]
+
+
+# ------------------------------------------------- products through cuBLAS itself (_cublas.py)
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("a_shape, b_shape, how", [
+    ((7, 5), (5, 3), "contiguous"), ((2, 3, 7, 5), (5, 3), "contiguous"),
+    ((2, 3, 7, 5), (2, 3, 5, 4), "b transposed"), ((2, 3, 7, 5), (1, 3, 5, 4), "a transposed"),
+    ((5,), (4, 5, 3), "contiguous"), ((4, 7, 5), (5,), "contiguous"),
+    ((6, 5), (5, 9), "strided"), ((3, 0, 5), (5, 2), "contiguous"),
+    ((3, 4, 0), (0, 2), "contiguous"),
+])
+def test_cublas_products_equal_cupys(dtype, a_shape, b_shape, how):
+    import cupy
+
+    from minitransformer.functional import _cublas
+    assert _cublas.library(cupy) is not None, _cublas.why_unavailable()
+    rng = np.random.default_rng(0)
+    a = cupy.asarray(rng.standard_normal(a_shape).astype(dtype))
+    b = cupy.asarray(rng.standard_normal(b_shape).astype(dtype))
+    if how == "b transposed":
+        b = cupy.ascontiguousarray(cupy.swapaxes(b, -1, -2)).swapaxes(-1, -2)
+    elif how == "a transposed":
+        a = cupy.ascontiguousarray(cupy.swapaxes(a, -1, -2)).swapaxes(-1, -2)
+    elif how == "strided":
+        a = cupy.repeat(a, 2, axis=-1)[..., ::2]
+    expected = cupy.matmul(a, b)
+    got = _cublas.matmul(a, b)
+    out = cupy.empty(expected.shape[::-1], dtype=dtype).T if expected.ndim == 2 else None
+    assert got.shape == expected.shape
+    tolerance = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(cupy.asnumpy(got), cupy.asnumpy(expected), rtol=tolerance,
+                               atol=tolerance)
+    if out is not None:
+        assert _cublas.matmul(a, b, out) is out
+        np.testing.assert_allclose(cupy.asnumpy(out), cupy.asnumpy(expected), rtol=tolerance,
+                                   atol=tolerance)
+
+
+def test_a_captured_product_replays_the_eager_numbers():
+    """What CuPy's own matmul refuses: a product inside a CUDA graph."""
+    import cupy
+
+    from minitransformer.autograd.graphs import capture
+    from minitransformer.functional import _products
+    mt.use("cuda")
+    rng = np.random.default_rng(0)
+    a = cupy.asarray(rng.standard_normal((4, 8, 16)).astype(np.float32))
+    w = cupy.asarray(rng.standard_normal((16, 32)).astype(np.float32))
+
+    def step(a):
+        return _products.matmul(a, w) * 2.0
+
+    eager = cupy.asnumpy(step(a))
+    graph = capture(step, (a,), "cuda")
+    for scale in (1.0, 3.0):
+        got = cupy.asnumpy(graph.replay((a * scale,)))
+        np.testing.assert_array_equal(got, cupy.asnumpy(step(a * scale)))
+    np.testing.assert_array_equal(cupy.asnumpy(graph.replay((a,))), eager)

@@ -1,6 +1,6 @@
 """Matrix products on the worker pool: every core for the layers' products, without BLAS's threads.
 
-    matmul(a, b, out=None)      a @ b, as ``numpy.matmul`` (on CuPy: ``cupy.matmul``)
+    matmul(a, b, out=None)      a @ b, as ``numpy.matmul`` (on CuPy: cuBLAS, ``_cublas.py``)
 
 BLAS parallelises a product itself: OpenBLAS gives each of its threads a fixed share of the
 product, and the threads wait for one another, spinning, at every panel of the reduction. On
@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import backend
-from . import _blocks, _cuda
+from . import _blocks, _cublas, _cuda
 from ._broadcast import broadcast_shapes
 
 # Below this many floating-point operations (2 M N K) a product runs on the calling thread:
@@ -44,10 +44,12 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
     """``a @ b`` with NumPy's broadcasting rules, on the worker threads with single-threaded
     BLAS when large enough (see the module's docstring); written into ``out`` when given."""
     xp = backend.get_array_module(a)
-    if (_cuda.is_cupy(xp) or _blocks.WORKERS == 1
+    if _cuda.is_cupy(xp):  # cuBLAS called directly, so that a CUDA graph can hold it
+        return _cublas.matmul(a, b, out)
+    if (_blocks.WORKERS == 1
             or getattr(_blocks._thread, "on_worker", False)):
-        # a GPU kernel; one thread asked for (set_num_threads sets BLAS's too); or a task of
-        # the pool, for which BLAS is already held to one thread
+        # one thread asked for (set_num_threads sets BLAS's too); or a task of the pool, for
+        # which BLAS is already held to one thread
         return xp.matmul(a, b) if out is None else xp.matmul(a, b, out=out)
     with _blocks._single_threaded_blas():
         if not _worth_splitting(a, b):

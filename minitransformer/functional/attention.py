@@ -40,6 +40,7 @@ from ..autograd.tensor import Tensor
 from . import _cuda
 from ._blocks import for_blocks
 from ._broadcast import broadcast_shapes, require_float
+from ._products import matmul
 from ._reduce import sum_last
 from .indexing import on_device_of
 
@@ -57,10 +58,10 @@ class ScaledDotProductAttention(Function):
         D = q.shape[-1]
         scale = 1.0 / math.sqrt(D)
         if _cuda.is_cupy(xp):  # steps 2-5 in two kernels
-            P = xp.matmul(q, xp.swapaxes(k, -1, -2))                    # (..., T, S)
+            P = matmul(q, xp.swapaxes(k, -1, -2))                       # (..., T, S)
             if P.shape[-1]:  # with no key (S = 0) there are no weights to normalize
                 P = _cuda.masked_softmax_(P, mask, scale)
-            out = xp.matmul(P, v)                                       # (..., T, Dv)
+            out = matmul(P, v)                                          # (..., T, Dv)
         else:  # all steps on one block of the leading axis at a time, while it is in cache
             P = xp.empty(q.shape[:-1] + (k.shape[-2],), dtype=q.dtype)  # (..., T, S)
             out = _heads_last(xp, q.shape[:-1] + (v.shape[-1],), q.dtype)  # (..., T, Dv)
@@ -85,15 +86,18 @@ class ScaledDotProductAttention(Function):
         dq = xp.empty_like(q) if self.needs_input_grad[0] else None
         dk = xp.empty_like(k) if self.needs_input_grad[1] else None
         dv = xp.empty_like(v) if self.needs_input_grad[2] else None
+        # on the GPU through cuBLAS directly (a CUDA graph can hold it); on a CPU worker's
+        # block, one single-threaded BLAS call
+        mm = matmul if _cuda.is_cupy(xp) else xp.matmul
 
         def gradients(rows):  # a block of the leading axis (all of it on the GPU)
             p, g = P[rows], dout[rows]
             # fwd 6: out = P V  ->  dV = Pᵀ dout,  dP = dout Vᵀ
             if dv is not None:
-                xp.matmul(xp.swapaxes(p, -1, -2), g, out=dv[rows])      # (..., S, Dv)
+                mm(xp.swapaxes(p, -1, -2), g, out=dv[rows])             # (..., S, Dv)
             if not want_dqk:
                 return
-            dS = xp.matmul(g, xp.swapaxes(v[rows], -1, -2))             # (..., T, S) = dP
+            dS = mm(g, xp.swapaxes(v[rows], -1, -2))                    # (..., T, S) = dP
             # fwd 5-2: P = softmax(S) per row  ->  dS = P ∘ (dP - rowsum(dP ∘ P)).
             # The row sum is the shorter rowsum(dout ∘ out) over Dv instead of S:
             # Σ_j P_ij dP_ij = Σ_j P_ij (dout_i · v_j) = dout_i · Σ_j P_ij v_j = dout_i · out_i.
@@ -106,10 +110,10 @@ class ScaledDotProductAttention(Function):
                 dS *= p
             # fwd 1: S = Q Kᵀ / √D  ->  dQ = dS K / √D,  dK = dSᵀ Q / √D
             if dq is not None:
-                xp.matmul(dS, k[rows], out=dq[rows])                    # (..., T, D)
+                mm(dS, k[rows], out=dq[rows])                           # (..., T, D)
                 dq[rows] *= self.scale
             if dk is not None:
-                xp.matmul(xp.swapaxes(dS, -1, -2), q[rows], out=dk[rows])  # (..., S, D)
+                mm(xp.swapaxes(dS, -1, -2), q[rows], out=dk[rows])      # (..., S, D)
                 dk[rows] *= self.scale
         _for_leading_blocks(gradients, P, xp)
         return (dq, dk, dv, None) if self.has_mask else (dq, dk, dv)
@@ -154,13 +158,13 @@ def _masked_softmax_(xp, P, mask, scale):
         xp.copyto(P, xp.asarray(-math.inf, dtype=P.dtype), where=~mask)
     # 3. row maximum, 0 for a fully masked row (so exp sees -∞ - 0, never -∞ - (-∞))
     row_max = P.max(axis=-1, keepdims=True)                             # (..., T, 1)
-    row_max[row_max == -math.inf] = 0
+    xp.copyto(row_max, 0, where=row_max == -math.inf)  # no y[mask] =: a GPU counts the mask
     # 4. e = exp(S - max): masked entries are exp(-∞) = 0 exactly
     P -= row_max
     xp.exp(P, out=P)
     # 5. P = e / Σ e, with the sum of a fully masked row replaced by 1 (0 / 1 = 0)
     denom = sum_last(P)[..., None]                                      # (..., T, 1)
-    denom[denom == 0] = 1
+    xp.copyto(denom, 1, where=denom == 0)
     P /= denom
     return P
 

@@ -44,7 +44,8 @@ class Embedding(Function):
         # 1. y[n] = W[ids[n]], and 0 where ids[n] is padding
         y = xp.take(weight, ids, axis=0)                                # (..., C)
         if self.padding_idx is not None:
-            y[ids == self.padding_idx] = 0
+            # (no y[mask] = 0: a GPU counts a boolean mask's entries on the host first)
+            xp.copyto(y, 0, where=(ids == self.padding_idx)[..., None])
         self.saved = ids
         self.V = V
         return y

@@ -147,7 +147,7 @@ class CrossEntropy(Function):
             if self.eps:
                 dz_rows -= smooth[rows]
             dz_rows[xp.arange(dz_rows.shape[0]), t_safe[rows, 0]] -= target_scale[rows]
-            dz_rows[row_scale[rows, 0] == 0] = 0  # ignored rows: 0 even where e is inf or nan
+            xp.copyto(dz_rows, 0, where=row_scale[rows] == 0)  # ignored rows: 0, even inf/nan
         for_blocks(gradient, dz.shape[0], dz.shape[1] * dz.itemsize, xp)
         return dz.reshape(self.logits_shape), None                      # (..., V)
 

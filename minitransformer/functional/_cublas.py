@@ -1,0 +1,271 @@
+"""Matrix products on the GPU by cuBLAS itself, so that a CUDA graph can hold them.
+
+cuBLAS supports stream capture, but CuPy refuses to call it while a stream captures (its
+``cublas.setStream`` raises NotImplementedError, as of CuPy 14): every ``cupy.matmul`` inside a
+capture fails, and a training step is mostly matrix products. So on CuPy the library's products
+call ``cublasGemmStridedBatchedEx`` directly, through ctypes, with a cuBLAS handle of its own
+and a workspace of its own (cuBLAS's advice for graphs: nothing allocated while capturing).
+Eager steps and captured ones run the same call, so a replay computes the eager numbers.
+
+    matmul(a, b, out=None)       a @ b on CuPy arrays (numpy.matmul's rules), float32/float64
+    product(a, b, out, xp, run)  the same on any array module, ``run`` making the call
+    plan(a, b, xp)               the call's arguments, found from shapes and strides alone
+    emulate(gemm, a, b, xp)      what cuBLAS computes from those arguments, in NumPy (tests)
+
+Row-major to column-major. cuBLAS reads matrices column-major; NumPy's are row-major, and the
+column-major reading of a row-major (M, N) matrix C is its transpose Cᵀ (N, M). So C = A B is
+asked for as Cᵀ = Bᵀ Aᵀ: cuBLAS's first operand is b, its second a, m = N, n = M, k = K, and
+C is written row-major, contiguous, with ldc = N. An operand whose rows are contiguous (last
+stride 1) is read as it lies (op N, ld = its row stride); one whose columns are contiguous (a
+transposed view: first stride 1) is read transposed (op T, ld = its column stride); any other
+layout is copied first. The batch axes (broadcast, numpy.matmul's rules) become one strided
+batch when every operand steps through them by one stride (0 for an operand broadcast along
+all of them); otherwise the operand is copied to a contiguous batch first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from dataclasses import dataclass
+from typing import Any
+
+from ._broadcast import broadcast_shapes
+
+OP_N, OP_T = 0, 1
+_DATA_TYPE = {"float32": 0, "float64": 1}           # cudaDataType: CUDA_R_32F, CUDA_R_64F
+_COMPUTE_TYPE = {"float32": 68, "float64": 70}       # CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F
+_GEMM_DEFAULT = -1                                   # CUBLAS_GEMM_DEFAULT
+WORKSPACE_BYTES = 32 << 20                           # cuBLAS's advice for Hopper
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """The arguments of one cublasGemmStridedBatchedEx call (operand 1 is b, operand 2 is a),
+    and the shape of the result (before a vector operand's axis is dropped)."""
+
+    trans_1: int
+    trans_2: int
+    m: int
+    n: int
+    k: int
+    ld_1: int
+    ld_2: int
+    ldc: int
+    stride_1: int
+    stride_2: int
+    stride_c: int
+    batch: int
+    shape: tuple[int, ...]
+
+
+def _matrix(x: Any, rows: int, cols: int) -> tuple[int, int] | None:
+    """(op, ld) that make cuBLAS read the row-major (rows, cols) matrix x (its last two axes)
+    as its transpose, column-major: op N when its rows are contiguous, op T when its columns
+    are; None for any other layout. (The stride of an axis of one element means nothing.)"""
+    item = x.itemsize
+    s_row, s_col = x.strides[-2], x.strides[-1]
+    if s_row % item or s_col % item or s_row < 0 or s_col < 0:
+        return None
+    s_row, s_col = s_row // item, s_col // item
+    if (cols == 1 or s_col == 1) and (rows == 1 or s_row >= max(cols, 1)):
+        return OP_N, s_row if rows > 1 else max(cols, 1)     # x[i, j] at j + i·ld
+    if (rows == 1 or s_row == 1) and (cols == 1 or s_col >= max(rows, 1)):
+        return OP_T, s_col if cols > 1 else max(rows, 1)     # x[i, j] at i + j·ld
+    return None
+
+
+def _batch_stride(x: Any, batch_shape: tuple[int, ...]) -> int | None:
+    """The one stride (in elements) by which x steps through the flattened batch axes, x
+    broadcast to ``batch_shape``; None when no single stride does."""
+    lead = x.ndim - 2
+    strides = [0] * (len(batch_shape) - lead) + [
+        0 if x.shape[i] == 1 else x.strides[i] for i in range(lead)]
+    step, expected = None, None
+    for n, s in zip(reversed(batch_shape), reversed(strides), strict=True):
+        if n == 1:
+            continue
+        if s % x.itemsize:
+            return None
+        if step is None:                      # the innermost batch axis of more than one
+            step, expected = s, s * n
+        elif s != expected:
+            return None
+        else:
+            expected = s * n
+    if step is None:
+        return 0
+    if step < 0:
+        return None
+    return step // x.itemsize
+
+
+def plan(a: Any, b: Any, xp: Any) -> tuple[Gemm, Any, Any]:
+    """(gemm, a, b) for ``a @ b`` (both at least 2-D, one float dtype, non-empty matrices):
+    the operands as given, or copies where their layout asks for one."""
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    batch_shape = broadcast_shapes("matmul (batch axes)", a.shape[:-2], b.shape[:-2])
+    batch = 1
+    for n in batch_shape:
+        batch *= n
+    operands = []
+    for x, rows, cols in ((b, K, N), (a, M, K)):
+        layout, stride = _matrix(x, rows, cols), _batch_stride(x, batch_shape)
+        if layout is None or stride is None:
+            x = xp.ascontiguousarray(xp.broadcast_to(x, batch_shape + x.shape[-2:]))
+            layout, stride = _matrix(x, rows, cols), (rows * cols if batch > 1 else 0)
+        operands.append((x, layout, stride))
+    (b, (op_1, ld_1), stride_1), (a, (op_2, ld_2), stride_2) = operands
+    gemm = Gemm(op_1, op_2, N, M, K, ld_1, ld_2, max(N, 1), stride_1, stride_2, M * N, batch,
+                batch_shape + (M, N))
+    return gemm, a, b
+
+
+def emulate(gemm: Gemm, a: Any, b: Any, xp: Any) -> Any:
+    """What cublasGemmStridedBatchedEx computes from ``gemm`` on the memory of a and b, in
+    NumPy (column-major views made with as_strided): the check of ``plan`` without a GPU."""
+    from numpy.lib.stride_tricks import as_strided
+
+    def operand(x, op, ld, stride, rows, cols):  # op(X) as the (batch, rows, cols) it reads
+        item = x.itemsize
+        stored = (rows, cols) if op == OP_N else (cols, rows)
+        view = as_strided(x, shape=(gemm.batch,) + stored,
+                          strides=(stride * item, item, ld * item))
+        return view if op == OP_N else xp.swapaxes(view, -1, -2)
+
+    A = operand(b, gemm.trans_1, gemm.ld_1, gemm.stride_1, gemm.m, gemm.k)   # (batch, m, k)
+    B = operand(a, gemm.trans_2, gemm.ld_2, gemm.stride_2, gemm.k, gemm.n)   # (batch, k, n)
+    C_col = xp.matmul(A, B)                                                   # (batch, m, n)
+    # C column-major with ldc = m is C_colᵀ row-major: (batch, n, m) = (batch, M, N)
+    return xp.ascontiguousarray(xp.swapaxes(C_col, -1, -2)).reshape(gemm.shape)
+
+
+class _CuBLAS:
+    """The cuBLAS library of this process (the one CuPy loaded), a handle and a workspace on
+    each device, and the stream each handle was last given."""
+
+    def __init__(self, cupy: Any):
+        self.cupy = cupy
+        self.lib = ctypes.CDLL(_library_path(cupy))
+        self.gemm = self.lib.cublasGemmStridedBatchedEx
+        i32, i64, ptr = ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
+        self.gemm.argtypes = [ptr, i32, i32, i32, i32, i32, ptr, ptr, i32, i32, i64,
+                              ptr, i32, i32, i64, ptr, ptr, i32, i32, i64, i32, i32, i32]
+        self.gemm.restype = i32
+        self.devices: dict[int, list[Any]] = {}   # device -> [handle, workspace, stream]
+        self.scalars = {"float32": (ctypes.c_float(1.0), ctypes.c_float(0.0)),
+                        "float64": (ctypes.c_double(1.0), ctypes.c_double(0.0))}
+
+    def _check(self, status: int, what: str) -> None:
+        if status != 0:
+            raise RuntimeError(f"cuBLAS {what} failed with status {status}.")
+
+    def handle(self) -> Any:
+        """This device's handle, on the current stream, with the workspace set."""
+        cupy = self.cupy
+        device = cupy.cuda.Device().id
+        state = self.devices.get(device)
+        if state is None:
+            handle = ctypes.c_void_p()
+            self._check(self.lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
+            # raw device memory, never freed: no pool's bookkeeping reaches it
+            workspace = cupy.cuda.runtime.malloc(WORKSPACE_BYTES)
+            state = self.devices[device] = [handle, workspace, None]
+        stream = cupy.cuda.get_current_stream().ptr
+        if state[2] != stream:  # setting a stream resets the workspace: set both
+            self._check(self.lib.cublasSetStream_v2(state[0], ctypes.c_void_p(stream)),
+                        "cublasSetStream")
+            self._check(self.lib.cublasSetWorkspace_v2(
+                state[0], ctypes.c_void_p(state[1]), ctypes.c_size_t(WORKSPACE_BYTES)),
+                "cublasSetWorkspace")
+            state[2] = stream
+        return state[0]
+
+    def run(self, gemm: Gemm, a: Any, b: Any, c: Any) -> None:
+        dtype = c.dtype.name
+        one, zero = self.scalars[dtype]
+        data, compute = _DATA_TYPE[dtype], _COMPUTE_TYPE[dtype]
+        status = self.gemm(
+            self.handle(), gemm.trans_1, gemm.trans_2, gemm.m, gemm.n, gemm.k,
+            ctypes.byref(one), b.data.ptr, data, gemm.ld_1, gemm.stride_1,
+            a.data.ptr, data, gemm.ld_2, gemm.stride_2,
+            ctypes.byref(zero), c.data.ptr, data, gemm.ldc, gemm.stride_c,
+            gemm.batch, compute, _GEMM_DEFAULT)
+        self._check(status, "cublasGemmStridedBatchedEx")
+
+
+def _library_path(cupy: Any) -> str:
+    """The cuBLAS CuPy uses: loaded by its bindings, found in this process's memory map."""
+    from cupy_backends.cuda.libs import cublas  # noqa: F401  (loads the library)
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                name = path.rsplit("/", 1)[-1]
+                if name.startswith("libcublas.so"):
+                    return path
+    except OSError:
+        pass
+    found = ctypes.util.find_library("cublas")
+    if found is None:
+        raise OSError("cuBLAS's library was not found among those this process loaded.")
+    return found
+
+
+_library: _CuBLAS | None = None
+_unavailable: str | None = None
+
+
+def library(cupy: Any) -> _CuBLAS | None:
+    """The ctypes cuBLAS of this process, or None (and ``why_unavailable()`` says why)."""
+    global _library, _unavailable
+    if _library is None and _unavailable is None:
+        try:
+            _library = _CuBLAS(cupy)
+        except (OSError, AttributeError, RuntimeError) as exc:
+            _unavailable = f"{type(exc).__name__}: {exc}"
+    return _library
+
+
+def why_unavailable() -> str | None:
+    return _unavailable
+
+
+def matmul(a: Any, b: Any, out: Any = None) -> Any:
+    """``a @ b`` for CuPy arrays with numpy.matmul's rules, by one cuBLAS call (module
+    docstring); ``cupy.matmul`` for what this does not cover (other or mixed dtypes, sizes
+    past 32-bit ints, no cuBLAS found), which a CUDA graph cannot hold."""
+    import cupy
+    lib = library(cupy)
+    if (lib is None or a.dtype != b.dtype or a.dtype.name not in _DATA_TYPE
+            or a.ndim == 0 or b.ndim == 0 or max(a.size, b.size) >= 2 ** 31):
+        return cupy.matmul(a, b) if out is None else cupy.matmul(a, b, out=out)
+    return product(a, b, out, cupy, lib.run)
+
+
+def product(a: Any, b: Any, out: Any, xp: Any, run: Any) -> Any:
+    """``a @ b`` (at least 1-D each, one dtype) by ``run(gemm, a, b, c)``, which writes the
+    contiguous result c: the vector operands, ``out`` and empty sizes are handled here."""
+    vector_a, vector_b = a.ndim == 1, b.ndim == 1
+    a2 = a[None, :] if vector_a else a                                  # (..., M, K)
+    b2 = b[:, None] if vector_b else b                                  # (..., K, N)
+    if a2.shape[-1] != b2.shape[-2]:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not fit (K {a2.shape[-1]}"
+                         f" against {b2.shape[-2]}).")
+    M, K, N = a2.shape[-2], a2.shape[-1], b2.shape[-1]
+    batch_shape = broadcast_shapes("matmul (batch axes)", a2.shape[:-2], b2.shape[:-2])
+    final = batch_shape + ((M,) if not vector_a else ()) + ((N,) if not vector_b else ())
+    direct = (out is not None and out.shape == final and out.dtype == a.dtype
+              and out.flags.c_contiguous)
+    c = out if direct else xp.empty(final, dtype=a.dtype)
+    if c.size:
+        if K == 0:
+            c.fill(0)
+        else:
+            gemm, a2, b2 = plan(a2, b2, xp)
+            run(gemm, a2, b2, c)
+    if out is None or direct:
+        return c
+    out[...] = c
+    return out
