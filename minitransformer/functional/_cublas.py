@@ -195,19 +195,29 @@ class _CuBLAS:
         self._check(status, "cublasGemmStridedBatchedEx")
 
 
-def _library_path(cupy: Any) -> str:
-    """The cuBLAS CuPy uses: loaded by its bindings, found in this process's memory map."""
-    from cupy_backends.cuda.libs import cublas  # noqa: F401  (loads the library)
+def _loaded_cublas() -> str | None:
+    """The path of the cuBLAS library in this process's memory map, if one is loaded."""
     try:
         with open("/proc/self/maps") as maps:
             for line in maps:
-                path = line.split()[-1] if len(line.split()) >= 6 else ""
-                name = path.rsplit("/", 1)[-1]
-                if name.startswith("libcublas.so"):
-                    return path
-    except OSError:
+                fields = line.split()
+                if len(fields) >= 6 and fields[-1].rsplit("/", 1)[-1].startswith("libcublas.so"):
+                    return fields[-1]
+    except OSError:  # no /proc: not Linux
         pass
-    found = ctypes.util.find_library("cublas")
+    return None
+
+
+def _library_path(cupy: Any) -> str:
+    """The cuBLAS CuPy uses, found where CuPy loaded it (a first product of CuPy's own loads
+    it, where importing its bindings did not), else by name."""
+    from cupy_backends.cuda.libs import cublas  # noqa: F401
+    found = _loaded_cublas()
+    if found is None and not cupy.cuda.get_current_stream().is_capturing():
+        one = cupy.ones((1, 1), dtype=cupy.float32)
+        one @ one
+        found = _loaded_cublas()
+    found = found or ctypes.util.find_library("cublas")
     if found is None:
         raise OSError("cuBLAS's library was not found among those this process loaded.")
     return found
