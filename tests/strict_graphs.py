@@ -10,7 +10,10 @@ operations (``strict_backend.CAPTURE``):
 * when the recording ends, memory is what CUDA would leave: arrays made before the capture
   hold their values from before (whatever the recorded operations wrote into them is undone)
   and arrays the capture made hold garbage (NaN, or bytes 0xA5): nothing has run yet;
-* ``launch`` runs the operations again, in order, on the same buffers;
+* ``launch`` runs the operations again, in order, on the same buffers, after garbling the
+  arrays the capture allocated: on a GPU their memory may be shared by the graph's arrays of
+  other moments, so nothing written there before a launch survives to be read (the random
+  numbers a replay reads are written to ``static_empty`` buffers, outside that memory);
 * refused while recording, as CUDA refuses them (``CaptureRefused``): reading an array on the
   host (get, item, tolist, float, int, bool, str, an array used as an index), copying host
   data to the device, operations whose result's shape depends on values (nonzero, boolean
@@ -127,7 +130,12 @@ class StrictCapture:
         for root, before in self.saved.values():
             if root.flags.writeable:
                 root[...] = before
-        for root in self.made.values():
+        self._garble(self.made.values())
+        self.saved.clear()  # the buffers stay alive through the operations that use them
+
+    @staticmethod
+    def _garble(roots: Any) -> None:
+        for root in roots:
             if not root.flags.writeable:
                 continue
             if root.dtype.kind in "fc":
@@ -136,11 +144,18 @@ class StrictCapture:
                 root.reshape(-1).view(numpy.uint8)[...] = 0xA5  # garbage bytes
             else:
                 root[...] = 1
-        self.saved.clear()  # the buffers stay alive through the operations that use them
+
+    def static_empty(self, shape: tuple[int, ...], dtype: Any) -> StrictArray:
+        """An array outside the capture's memory: not garbled at a launch."""
+        return StrictArray(numpy.empty(shape, dtype=dtype))
 
     def launch(self, before: Callable[[], None]) -> None:
         before()
         self.launches += 1
+        # memory the capture allocated may be shared by the graph's arrays of other moments
+        # (a pool hands a block freed early in the step to a later array): what it held
+        # before the launch is gone, as _as_cuda_leaves_it garbles it after the capture
+        self._garble(self.made.values())
         for func, args, kwargs, result in self.operations:
             _store(result, func(*args, **kwargs))
 

@@ -16,7 +16,11 @@ kernels, with the same arguments, on the same device addresses. So:
   each replay;
 * random numbers drawn with ``draw_outside_graph`` (dropout's) are drawn again before every
   replay, from the generator as it is then, into the static buffer the graph reads: each
-  replay gets new masks, the very masks the eager step would have drawn;
+  replay gets new masks, the very masks the eager step would have drawn. That buffer lies
+  outside the graph's memory pool: memory the capture allocates may be shared by arrays that
+  live at different times in the graph (a block freed early in the step serves a later
+  array), and a buffer filled before the launch in such memory would be overwritten by the
+  graph's own earlier kernels before the dropout read it;
 * every graph allocates from a memory pool of its own, so the addresses it replays on stay
   its own after the capture (a graph dropped from its cache frees them).
 
@@ -54,6 +58,7 @@ class _Draw:
 
 
 _tape: list[_Draw] | None = None  # the draws of the capture that is recording, if any
+_recorder: Any = None             # and its recorder
 
 
 def is_capturing() -> bool:
@@ -68,7 +73,7 @@ def draw_outside_graph(make: Callable[[], Any], shape: tuple[int, ...], dtype: A
     generator when called, e.g. ``backend.rng(device)``: a seed set between replays counts)."""
     if _tape is None:
         return make()
-    buffer = xp.empty(shape, dtype=dtype)  # an allocation, no kernel: nothing to record
+    buffer = _recorder.static_empty(shape, dtype)  # outside the graph's pool; no kernel
     _tape.append(_Draw(make, buffer))
     return buffer
 
@@ -110,6 +115,13 @@ class _CudaCapture:
             self.graph = self.stream.end_capture()
         return result
 
+    def static_empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An array from CuPy's default pool, not the graph's: no array of the graph shares
+        its memory, so what is written there before a launch stays until the graph reads it."""
+        cupy = self.cupy
+        with cupy.cuda.using_allocator(cupy.get_default_memory_pool().malloc):
+            return cupy.empty(shape, dtype=dtype)
+
     def launch(self, before: Callable[[], None]) -> None:
         with self._on_stream():
             before()
@@ -121,8 +133,9 @@ _CAPTURES: dict[str, Callable[[], Any]] = {"cuda": _CudaCapture}
 
 def register_capture(device: str, factory: Callable[[], Any]) -> None:
     """Let ``device`` capture graphs: ``factory()`` makes an object that records one graph,
-    ``record(fn) -> fn()`` (refusing what a capture cannot hold), and replays it,
-    ``launch(before)`` (``before()`` first). The test suite's strict device registers one."""
+    ``record(fn) -> fn()`` (refusing what a capture cannot hold), gives arrays outside the
+    graph's memory, ``static_empty(shape, dtype)``, and replays it, ``launch(before)``
+    (``before()`` first). The test suite's strict device registers one."""
     _CAPTURES[device] = factory
 
 
@@ -155,7 +168,7 @@ def capture(fn: Callable[..., Any], inputs: tuple[Any, ...], device: str) -> Gra
     graph. Nothing runs yet: replay the Graph for results. Raises what the capture raised
     (a host synchronisation inside ``fn``, say); then nothing was computed, and calling ``fn``
     eagerly is safe."""
-    global _tape
+    global _tape, _recorder
     if device not in _CAPTURES:
         raise GraphsUnavailable(f"device {device!r} cannot capture graphs (only "
                                 f"{', '.join(sorted(_CAPTURES))} can); run eagerly there.")
@@ -165,11 +178,11 @@ def capture(fn: Callable[..., Any], inputs: tuple[Any, ...], device: str) -> Gra
     static = tuple(xp.array(x, copy=True) for x in inputs)  # outside the capture
     recorder = _CAPTURES[device]()
     draws: list[_Draw] = []
-    _tape = draws
+    _tape, _recorder = draws, recorder
     try:
         outputs = recorder.record(lambda: fn(*static))
     finally:
-        _tape = None
+        _tape, _recorder = None, None
     return Graph(recorder, static, outputs, draws)
 
 
