@@ -44,8 +44,11 @@ class Embedding(Function):
         # 1. y[n] = W[ids[n]], and 0 where ids[n] is padding
         y = xp.take(weight, ids, axis=0)                                # (..., C)
         if self.padding_idx is not None:
-            # (no y[mask] = 0: a GPU counts a boolean mask's entries on the host first)
-            xp.copyto(y, 0, where=(ids == self.padding_idx)[..., None])
+            padding = ids == self.padding_idx                           # (...)
+            if is_capturing():  # a capture cannot count the mask on the host: a full pass
+                xp.copyto(y, 0, where=padding[..., None])
+            else:
+                y[padding] = 0
         self.saved = ids
         self.V = V
         return y

@@ -147,7 +147,12 @@ class CrossEntropy(Function):
             if self.eps:
                 dz_rows -= smooth[rows]
             dz_rows[xp.arange(dz_rows.shape[0]), t_safe[rows, 0]] -= target_scale[rows]
-            xp.copyto(dz_rows, 0, where=row_scale[rows] == 0)  # ignored rows: 0, even inf/nan
+            # ignored rows: 0, even where e is inf or nan (a capture cannot count a boolean
+            # mask on the host, so it takes a pass over the block instead)
+            if is_capturing():
+                xp.copyto(dz_rows, 0, where=row_scale[rows] == 0)
+            else:
+                dz_rows[row_scale[rows, 0] == 0] = 0
         for_blocks(gradient, dz.shape[0], dz.shape[1] * dz.itemsize, xp)
         return dz.reshape(self.logits_shape), None                      # (..., V)
 
