@@ -4,9 +4,11 @@
 #     bash bench/cuda_check.sh LOG_DIR [compare_torch options...]
 #
 # 1. what the machine has (GPU, driver, Python, NumPy, CuPy, torch);
-# 2. the whole test suite, where every test parametrized over devices also runs on "cuda" and
-#    tests/test_cuda.py checks the fused kernels against the NumPy path (pytest-xdist if
-#    present: the suite is CPU-bound apart from those);
+# 2. the tests that run on the GPU (-k "cuda or cublas": every test parametrized over devices
+#    on "cuda", tests/test_cuda.py's fused kernels and direct cuBLAS products against CuPy's,
+#    the captured steps of tests/translation/test_cuda_graphs.py on CUDA itself; about 40 s on
+#    16 cores with pytest-xdist); CUDA_CHECK_TESTS=all runs the whole suite instead (CI runs
+#    the rest on every change);
 # 3. bench/compare_torch.py --device cuda (CuPy against CUDA PyTorch), with the options given;
 #    its results go to bench/results/compare_torch.<gpu>.{json,md} (h100 on an NVIDIA H100),
 #    with a last section from bench/cuda_graphs.py: the training step and decoding replayed as
@@ -40,7 +42,12 @@ workers=()
 if "$python" -c "import xdist" 2>/dev/null; then
     workers=(-n "${PYTEST_WORKERS:-8}")
 fi
-"$python" -m pytest -q -p no:cacheprovider "${workers[@]}" tests 2>&1 | tee "$out/pytest.log"
+select=(-k "cuda or cublas")
+if [ "${CUDA_CHECK_TESTS:-gpu}" = all ]; then
+    select=()
+fi
+"$python" -m pytest -q -p no:cacheprovider "${workers[@]}" "${select[@]}" tests 2>&1 |
+    tee "$out/pytest.log"
 tests_status=${PIPESTATUS[0]}
 
 "$python" bench/compare_torch.py --device cuda "$@" 2>&1 | tee "$out/compare_torch.log"
