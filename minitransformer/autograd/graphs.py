@@ -92,6 +92,7 @@ class _CudaCapture:
             self._streams[device] = cupy.cuda.Stream(non_blocking=True)
         self.stream = self._streams[device]
         self.pool = cupy.cuda.MemoryPool()
+        self.allocator = cupy.cuda.get_allocator()  # the caller's: static_empty's memory
         self.graph: Any = None
 
     @contextlib.contextmanager
@@ -103,24 +104,30 @@ class _CudaCapture:
         caller.wait_event(self.stream.record())
 
     def record(self, fn: Callable[[], Any]) -> Any:
-        # CuPy captures in relaxed mode: the private pool may grow (cudaMalloc) meanwhile
-        with self._on_stream(), self.cupy.cuda.using_allocator(self.pool.malloc):
-            self.stream.begin_capture()
-            try:
-                result = fn()
-            except BaseException:
-                with contextlib.suppress(Exception):  # the capture is invalid: end it
-                    self.stream.end_capture()
-                raise
-            self.graph = self.stream.end_capture()
+        from ..functional import _cublas  # the products' cuBLAS (CuPy's refuses a capture)
+
+        with self._on_stream():
+            lib = _cublas.library(self.cupy)
+            if lib is not None:  # its handle, on this stream, and its workspace: set up now
+                lib.handle()
+            # CuPy captures in relaxed mode: the private pool may grow (cudaMalloc) meanwhile
+            with self.cupy.cuda.using_allocator(self.pool.malloc):
+                self.stream.begin_capture()
+                try:
+                    result = fn()
+                except BaseException:
+                    with contextlib.suppress(Exception):  # the capture is invalid: end it
+                        self.stream.end_capture()
+                    raise
+                self.graph = self.stream.end_capture()
         return result
 
     def static_empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
-        """An array from CuPy's default pool, not the graph's: no array of the graph shares
-        its memory, so what is written there before a launch stays until the graph reads it."""
-        cupy = self.cupy
-        with cupy.cuda.using_allocator(cupy.get_default_memory_pool().malloc):
-            return cupy.empty(shape, dtype=dtype)
+        """An array from the caller's allocator (CuPy's default pool), not the graph's: no
+        array of the graph shares its memory, so what is written there before a launch stays
+        until the graph reads it."""
+        with self.cupy.cuda.using_allocator(self.allocator):
+            return self.cupy.empty(shape, dtype=dtype)
 
     def launch(self, before: Callable[[], None]) -> None:
         with self._on_stream():

@@ -35,10 +35,16 @@ def layout(x, how):
         wide = np.zeros(x.shape[:-1] + (2 * x.shape[-1],), dtype=x.dtype)
         wide[..., ::2] = x
         return wide[..., ::2]
+    if how == "reversed":    # negative strides: a reversed copy, read backwards
+        return np.ascontiguousarray(x[..., ::-1, ::-1])[..., ::-1, ::-1]
+    if how == "batch-permuted":  # batch axes swapped in memory: no single batch stride
+        if x.ndim < 4:
+            return x
+        return np.swapaxes(np.ascontiguousarray(np.swapaxes(x, 0, 1)), 0, 1)
     raise AssertionError(how)
 
 
-LAYOUTS = ["contiguous", "transposed", "gaps", "strided"]
+LAYOUTS = ["contiguous", "transposed", "gaps", "strided", "reversed", "batch-permuted"]
 
 
 @settings(max_examples=300, deadline=None)
@@ -62,6 +68,29 @@ def test_the_call_computes_numpys_product_for_every_layout(M, K, N, batch_a, bat
     assert got.shape == expected.shape and got.dtype == expected.dtype
     np.testing.assert_allclose(got, expected, rtol=1e-5 if dtype == "float32" else 1e-12,
                                atol=1e-5 if dtype == "float32" else 1e-12)
+
+
+def test_repeated_rows_and_overlapping_windows():
+    """A row stride of 0 (a broadcast row) and rows that overlap (a sliding window): layouts
+    cuBLAS cannot read as they are, copied first."""
+    rng = np.random.default_rng(2)
+    row = rng.standard_normal((1, 5))
+    repeated = np.broadcast_to(row, (4, 5))                            # strides (0, 8)
+    flat = rng.standard_normal(12)
+    windows = np.lib.stride_tricks.as_strided(flat, shape=(5, 4), strides=(8, 8))  # overlap
+    b = rng.standard_normal((5, 3))
+    for a in (repeated, windows, windows.T):                            # (4, 5), (5, 4), (4, 5)
+        K = a.shape[-1]
+        np.testing.assert_allclose(product(a, b[:K]), a @ b[:K], rtol=1e-12, atol=1e-12)
+    column_windows = np.lib.stride_tricks.as_strided(flat, shape=(5, 3), strides=(8, 8))
+    a = rng.standard_normal((2, 5))
+    np.testing.assert_allclose(product(a, column_windows), a @ column_windows, rtol=1e-12,
+                               atol=1e-12)
+
+
+def test_a_wrong_out_shape_is_refused_as_numpy_refuses_it():
+    with pytest.raises(ValueError, match=r"out has shape \(2, 4\), the product \(2, 5\)"):
+        product(np.ones((2, 3)), np.ones((3, 5)), out=np.empty((2, 4)))
 
 
 @pytest.mark.parametrize("a_shape, b_shape", [

@@ -4,8 +4,8 @@ and, where there is a GPU, on CUDA itself.
 ``strict_graphs.py`` stands in for CUDA stream capture: it records the strict device's
 operations, leaves memory as CUDA would after a capture (nothing computed), replays them on the
 same buffers, and refuses what CUDA refuses while capturing. A step replayed must compute what
-the eager step computes, in float64: bit for bit on the stand-in, and to 1e-12 on a GPU, whose
-matrix-product library may choose another algorithm on the capture's stream.
+the eager step computes, in float64: bit for bit on the stand-in, and to rounding on a GPU,
+where a captured product calls cuBLAS directly and an eager one through ``cupy.matmul``.
 """
 
 import numpy as np
@@ -45,12 +45,13 @@ def graph_device(request):
     return request.param
 
 
-def same(a, b, device):
-    """Equal bit for bit on the stand-in; to 1e-12 (relative) on a GPU."""
+def same(a, b, device, rtol=1e-10, atol=0.0):
+    """Equal bit for bit on the stand-in; on a GPU to ``rtol`` and ``atol`` (eager and replayed
+    products take different cuBLAS entry points, so they agree to rounding)."""
     a, b = np.asarray(a), np.asarray(b)
     if device == "strict":
         return np.array_equal(a, b)
-    return a.shape == b.shape and np.allclose(a, b, rtol=1e-12, atol=1e-300)
+    return a.shape == b.shape and np.allclose(a, b, rtol=rtol, atol=atol)
 
 
 def trainer(run_dir, cuda_graphs):
@@ -96,7 +97,9 @@ def test_a_replayed_training_step_gives_the_eager_loss_and_parameters(tmp_path, 
     for (eager, ours), (eager_params, our_params) in steps:
         assert same(ours["loss"], eager["loss"], graph_device)
         assert same(ours["grad_norm"], eager["grad_norm"], graph_device)
-        assert all(same(a, b, graph_device)
+        # parameters to 1e-8: a gradient that is zero but for rounding (the key biases') moves
+        # by up to lr·noise/ε under Adam, ~1e-10 here, whichever way its rounding went
+        assert all(same(a, b, graph_device, rtol=1e-8, atol=1e-8)
                    for a, b in zip(eager_params, our_params, strict=True))
     assert graphed.graphs.batches.counts["replayed"] == 2  # steps 3 and 6 replay a graph
 
