@@ -104,12 +104,9 @@ class _CudaCapture:
         caller.wait_event(self.stream.record())
 
     def record(self, fn: Callable[[], Any]) -> Any:
-        from ..functional import _cublas  # the products' cuBLAS (CuPy's refuses a capture)
-
         with self._on_stream():
-            lib = _cublas.library(self.cupy)
-            if lib is not None:  # its handle, on this stream, and its workspace: set up now
-                lib.handle()
+            for set_up in _SET_UPS:  # what must not be created while capturing, made now
+                set_up()
             # CuPy captures in relaxed mode: the private pool may grow (cudaMalloc) meanwhile
             with self.cupy.cuda.using_allocator(self.pool.malloc):
                 self.stream.begin_capture()
@@ -136,6 +133,14 @@ class _CudaCapture:
 
 
 _CAPTURES: dict[str, Callable[[], Any]] = {"cuda": _CudaCapture}
+_SET_UPS: list[Callable[[], None]] = []
+
+
+def set_up_before_cuda_captures(set_up: Callable[[], None]) -> None:
+    """Call ``set_up()`` on the capture stream just before every CUDA capture begins: for what
+    must not be created or allocated while capturing (the products' cuBLAS handle and its
+    workspace, ``functional/_cublas.py``)."""
+    _SET_UPS.append(set_up)
 
 
 def register_capture(device: str, factory: Callable[[], Any]) -> None:

@@ -37,7 +37,7 @@ import ctypes.util
 from dataclasses import dataclass
 from typing import Any
 
-from ..autograd.graphs import is_capturing
+from ..autograd.graphs import is_capturing, set_up_before_cuda_captures
 from ._broadcast import broadcast_shapes
 
 OP_N, OP_T = 0, 1
@@ -259,8 +259,8 @@ _unavailable: str | None = None
 
 
 def library(cupy: Any) -> _CuBLAS | None:
-    """The ctypes cuBLAS of this process, or None (and ``why_unavailable()`` says why).
-    ``autograd/graphs.py`` asks for it, and sets up its handle, before a capture begins."""
+    """The ctypes cuBLAS of this process, or None (and ``why_unavailable()`` says why);
+    ``_set_up`` asks for it, and sets up its handle, before every CUDA capture begins."""
     global _library, _unavailable
     if _library is None and _unavailable is None:
         try:
@@ -274,6 +274,17 @@ def library(cupy: Any) -> _CuBLAS | None:
 
 def why_unavailable() -> str | None:
     return _unavailable
+
+
+def _set_up() -> None:
+    """The handle on the capture stream, with its workspace, before a capture begins."""
+    import cupy
+    lib = library(cupy)
+    if lib is not None:
+        lib.handle()
+
+
+set_up_before_cuda_captures(_set_up)
 
 
 class _Int32Overflow(Exception):
