@@ -205,20 +205,26 @@ class GraphCache:
     their workspaces, the shapes show they repeat); the second captures and replays; later
     ones replay. A key whose capture failed runs eagerly from then on, and ``fallbacks``
     says why; after ``max_failures`` failed captures no key is captured any more. At most
-    ``max_graphs`` graphs are kept, the least recently used dropped first (with its memory).
+    ``max_graphs`` graphs are kept: with ``evict`` (decoding, whose shapes move on as the
+    outputs grow) the least recently used is dropped first, with its memory; without it
+    (training, whose batch shapes come back every epoch, where dropping the least recently
+    used would drop each graph just before its shape returned) the first ``max_graphs`` keys
+    keep theirs and the others run eagerly (``counts["not kept"]``).
     """
 
-    def __init__(self, device: str, max_graphs: int = 8, max_failures: int = 3):
+    def __init__(self, device: str, max_graphs: int = 8, max_failures: int = 3,
+                 evict: bool = True):
         if not supports_graphs(device):
             raise GraphsUnavailable(f"CUDA graphs need a GPU (device 'cuda'), not {device!r}; "
                                     "leave them out (--cuda-graphs) on the CPU.")
         if max_graphs < 1:
             raise ValueError(f"max_graphs must be at least 1, got {max_graphs}.")
         self.device, self.max_graphs, self.max_failures = device, max_graphs, max_failures
+        self.evict = evict
         self.graphs: OrderedDict[Any, Graph] = OrderedDict()
         self.seen: dict[Any, int] = {}
         self.fallbacks: dict[Any, str] = {}  # key -> why it runs eagerly
-        self.counts = {"eager": 0, "captured": 0, "replayed": 0, "dropped": 0}
+        self.counts = {"eager": 0, "captured": 0, "replayed": 0, "dropped": 0, "not kept": 0}
 
     def __call__(self, key: Any, fn: Callable[..., Any], inputs: tuple[Any, ...]) -> Any:
         """``fn(*inputs)``, eagerly or by a graph of ``key``: the outputs, which a graph's
@@ -232,6 +238,10 @@ class GraphCache:
                 or len(self.fallbacks) >= self.max_failures):
             self.seen[key] = self.seen.get(key, 0) + 1
             self.counts["eager"] += 1
+            return fn(*inputs)
+        if not self.evict and len(self.graphs) >= self.max_graphs:  # full: this key eagerly
+            self.counts["eager"] += 1
+            self.counts["not kept"] += 1
             return fn(*inputs)
         try:
             graph = capture(fn, inputs, self.device)

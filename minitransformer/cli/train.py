@@ -120,6 +120,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--cuda-graphs", action="store_true",
                      help="GPU: replay each batch shape's training step as a CUDA graph "
                           "(one process; docs/performance.md)")
+    run.add_argument("--shape-multiple", type=at_least(0), default=0, metavar="M",
+                     help="batches of fixed shapes: widths rounded up to a multiple of M, one "
+                          "batch size per width, so that --cuda-graphs replays every step "
+                          "(default 0: each batch padded to its longest pair)")
     p.set_defaults(run=run_train)
 
 
@@ -228,7 +232,7 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
             eval_every=pick("eval_every") or _steps_per_epoch(data, args, comm.size),
             bleu_sentences=args.bleu_sentences,
             keep_last=args.keep_last, seed=args.seed, progress=not args.no_progress,
-            cuda_graphs=args.cuda_graphs)
+            cuda_graphs=args.cuda_graphs, shape_multiple=args.shape_multiple)
         overrides = {"pre_norm": args.pre_norm}
         if args.dropout is not None:
             overrides["p_dropout"] = args.dropout
@@ -390,7 +394,7 @@ def _steps_per_epoch(data: TranslationData, args: argparse.Namespace, processes:
     epoch; only their order changes): each step takes ``accumulate`` batches per process."""
     from ..data.batching import TokenBatcher
 
-    batches = len(TokenBatcher(data.train, args.max_tokens))
+    batches = len(TokenBatcher(data.train, args.max_tokens, shape_multiple=args.shape_multiple))
     return max(1, math.ceil(batches / (args.accumulate * processes)))
 
 

@@ -51,37 +51,46 @@ class Batch:
         return self.src.shape[0]
 
 
-def make_batch(pairs: Sequence[Pair], indices: Sequence[int] | None = None) -> Batch:
+def make_batch(pairs: Sequence[Pair], indices: Sequence[int] | None = None,
+               shape: tuple[int, int, int] | None = None) -> Batch:
     """Pad ``pairs`` of token ids (no BOS/EOS) into a Batch.
 
     An empty source still gets one (pad) column, so every array has a real shape; the model
-    masks it. ``indices`` defaults to 0..B-1.
+    masks it. ``indices`` defaults to 0..B-1. ``shape`` (B, S, T), at least the pairs' own,
+    pads further: to S and T columns, and to B rows with empty rows (every id PAD, index -1),
+    which the model masks and the loss ignores, so that batches share one shape.
     """
-    B = len(pairs)
-    if B == 0:
+    n = len(pairs)
+    if n == 0:
         raise DataError("make_batch got no pairs; pass at least one (source, target) pair.")
-    src_lens = np.fromiter((len(s) for s, _ in pairs), dtype=np.int64, count=B)
-    tgt_lens = np.fromiter((len(t) for _, t in pairs), dtype=np.int64, count=B)
-    S = max(int(src_lens.max()), 1)
+    src_lens = np.fromiter((len(s) for s, _ in pairs), dtype=np.int64, count=n)
+    tgt_lens = np.fromiter((len(t) for _, t in pairs), dtype=np.int64, count=n)
+    B, S = n, max(int(src_lens.max()), 1)
     T = int(tgt_lens.max()) + 1                                          # + BOS / EOS
+    if shape is not None:
+        if shape[0] < B or shape[1] < S or shape[2] < T:
+            raise DataError(f"make_batch: the pairs need at least (B, S, T) = {(B, S, T)}, "
+                            f"more than the shape {tuple(shape)} asked for.")
+        B, S, T = (int(x) for x in shape)
     src = np.full((B, S), PAD_ID, dtype=np.int64)                        # (B, S)
     tgt_in = np.full((B, T), PAD_ID, dtype=np.int64)                     # (B, T)
     tgt_out = np.full((B, T), PAD_ID, dtype=np.int64)                    # (B, T)
-    tgt_in[:, 0] = BOS_ID
-    tgt_out[np.arange(B), tgt_lens] = EOS_ID                             # right after the target
+    tgt_in[:n, 0] = BOS_ID
+    tgt_out[np.arange(n), tgt_lens] = EOS_ID                             # right after the target
     for b, (s, t) in enumerate(pairs):  # one loop over pairs; the copies are vectorized
         src[b, : len(s)] = s
         tgt_in[b, 1 : len(t) + 1] = t
         tgt_out[b, : len(t)] = t
     if indices is None:
-        indices = np.arange(B, dtype=np.int64)
+        indices = np.arange(n, dtype=np.int64)
     else:
         indices = np.asarray(indices, dtype=np.int64)
-        if indices.shape != (B,):
-            raise DataError(f"make_batch got {B} pairs but indices of shape {indices.shape}; "
+        if indices.shape != (n,):
+            raise DataError(f"make_batch got {n} pairs but indices of shape {indices.shape}; "
                             f"pass one index per pair.")
+    indices = np.concatenate([indices, np.full(B - n, -1, dtype=np.int64)])  # (B,)
     return Batch(src, tgt_in, tgt_out, n_src_tokens=int(src_lens.sum()),
-                 n_tgt_tokens=int(tgt_lens.sum()) + B, indices=indices)
+                 n_tgt_tokens=int(tgt_lens.sum()) + n, indices=indices)
 
 
 class TokenBatcher:
@@ -93,12 +102,18 @@ class TokenBatcher:
     shuffle      shuffle the order of the batches each epoch (False: sorted order, for
                  validation and test)
     seed         with the epoch, seeds the shuffle: ``set_epoch(e)`` repeats epoch e exactly
+    shape_multiple  0 (the default): each batch padded to its own longest pair. m > 0: fixed
+                 shapes, for CUDA graphs (which replay a step only for a shape seen before):
+                 a pair's width max(S, T) is rounded up to a multiple W of m, and the pairs of
+                 one W make batches of one size B (as many as max_tokens allows, evened
+                 out), padded to (B, W, W), the last one with empty rows. A run then meets
+                 one shape per W, at the cost of more padding (``_fixed_shapes``).
 
     ``epoch`` starts at 0 and goes up by one after each full pass over the batches.
     """
 
     def __init__(self, pairs: Sequence[Pair], max_tokens: int, shuffle: bool = True,
-                 seed: int = 0):
+                 seed: int = 0, shape_multiple: int = 0):
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) \
                 or max_tokens < 1:
             raise DataError(f"max_tokens must be a positive integer, got {max_tokens!r}; "
@@ -106,12 +121,23 @@ class TokenBatcher:
         if len(pairs) == 0:
             raise DataError("TokenBatcher got no sentence pairs; check that the files were "
                             "read and that encode_pairs' max_len did not drop them all.")
+        if isinstance(shape_multiple, bool) or not isinstance(shape_multiple, (int, np.integer)) \
+                or shape_multiple < 0:
+            raise DataError(f"shape_multiple must be a non-negative integer, got "
+                            f"{shape_multiple!r}; 0 pads each batch to its own longest pair.")
         self.pairs = pairs
         self.max_tokens = int(max_tokens)
         self.shuffle = shuffle
         self.seed = seed
+        self.shape_multiple = int(shape_multiple)
         self.epoch = 0
-        self.batches = _bucket(pairs, self.max_tokens)  # index arrays, fixed for all epochs
+        # index arrays, fixed for all epochs, and each batch's padded shape (or None)
+        if self.shape_multiple:
+            self.batches, self.shapes = _fixed_shapes(pairs, self.max_tokens,
+                                                      self.shape_multiple)
+        else:
+            self.batches = _bucket(pairs, self.max_tokens)
+            self.shapes = [None] * len(self.batches)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration epoch ``epoch`` (resuming a run repeats its order)."""
@@ -129,7 +155,7 @@ class TokenBatcher:
     def __iter__(self) -> Iterator[Batch]:
         for k in self.order():
             idx = self.batches[k]
-            yield make_batch([self.pairs[i] for i in idx], idx)
+            yield make_batch([self.pairs[i] for i in idx], idx, self.shapes[k])
         self.epoch += 1  # only after a full pass: a broken-off epoch is not counted
 
     def __repr__(self) -> str:
@@ -164,3 +190,24 @@ def _bucket(pairs: Sequence[Pair], max_tokens: int) -> list[np.ndarray]:
         width = new_width
     batches.append(order[start:])
     return batches
+
+
+def _fixed_shapes(pairs: Sequence[Pair], max_tokens: int, multiple: int
+                  ) -> tuple[list[np.ndarray], list[tuple[int, int, int]]]:
+    """Batches of one shape per width: each pair's max(S, T) rounded up to a multiple W of
+    ``multiple``, the pairs sorted by (W, target length, source length); the n pairs of a
+    width cut into k = ceil(n / max(1, max_tokens // W)) batches of B = ceil(n / k) pairs
+    (the last one short), each padded to (B, W, W)."""
+    src_lens = np.fromiter((max(len(s), 1) for s, _ in pairs), dtype=np.int64, count=len(pairs))
+    tgt_lens = np.fromiter((len(t) + 1 for _, t in pairs), dtype=np.int64, count=len(pairs))
+    widths = -(-np.maximum(src_lens, tgt_lens) // multiple) * multiple
+    order = np.lexsort((src_lens, tgt_lens, widths))   # primary key: the width
+    batches, shapes = [], []
+    for W in np.unique(widths).tolist():
+        group = order[widths[order] == W]
+        n_batches = -(-len(group) // max(1, max_tokens // W))
+        rows = -(-len(group) // n_batches)     # as even as can be: few empty rows
+        for start in range(0, len(group), rows):
+            batches.append(group[start:start + rows])
+            shapes.append((rows, W, W))
+    return batches, shapes

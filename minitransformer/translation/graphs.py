@@ -30,9 +30,12 @@ the same shapes overwrites. The stacked projection weights a cache keeps live in
 ``DecodingGraphs``, refilled in place when the weights change, so graphs never read a freed
 cache's arrays.
 
-Shapes repeat when batches are bucketed: ``TokenBatcher`` pads to the longest sentence of a
-batch, and a training run meets a few hundred (B, S, T); a ``GraphCache`` keeps the
-``max_graphs`` most recently used.
+Shapes must repeat for graphs to pay. A training run's batches are the same every epoch, so
+their shapes come back, and the batch graphs of the first ``max_graphs`` shapes are kept for
+the whole run; with ``TrainConfig(shape_multiple=m)`` (``train --shape-multiple``) the
+batches have one shape per width, a multiple of m, so that every step replays (Multi30k at
+4,000 tokens: 119 shapes otherwise). Decoding's graphs are kept by recent use: its shapes
+move on as the outputs grow.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ class GraphedTraining:
             raise ValueError(f"CUDA graphs train parameters of one dtype, got "
                              f"{sorted(map(str, dtypes))}; cast the model to one dtype.")
         xp, dtype = params[0].xp, params[0].dtype
-        self.batches = GraphCache(self.device, max_graphs)
+        self.batches = GraphCache(self.device, max_graphs, evict=False)
         self.tails = GraphCache(self.device, 2)  # the scaling and the update
         # every gradient is a view of one flat buffer: zeroed with one kernel
         self.flat_grad = xp.zeros(sum(p.data.size for p in params), dtype=dtype)

@@ -109,11 +109,14 @@ class TrainConfig:
     seed: int = 0
     progress: bool = True
     cuda_graphs: bool = False      # the step in CUDA graphs (translation/graphs.py), GPU only
+    shape_multiple: int = 0        # > 0: batches of fixed shapes (TokenBatcher), for graphs
 
     def __post_init__(self) -> None:
         if self.max_steps is None and self.max_epochs is None and self.time_budget is None:
             raise ValueError("give at least one of max_steps, max_epochs or time_budget, or "
                              "training would never stop.")
+        if self.shape_multiple < 0:
+            raise ValueError(f"shape_multiple must be 0 or more, got {self.shape_multiple}.")
         for name in ("max_tokens", "accumulate", "warmup_steps", "eval_every", "keep_last",
                      "max_steps", "max_epochs"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
@@ -164,8 +167,9 @@ def training_memory(model_config: Any, config: TrainConfig, data: TranslationDat
     after = max([extra + memory.decoding_bytes(
         model_config, 1, S, min(S + 50, model_config.max_len), beam, 0, f, gpu)
         for extra, S, beam in decoding] + [0])
-    peak = memory.training_peak(model_config, _shapes(data.train, config.max_tokens), f,
-                                tokenizer_bytes, _shapes(data.valid, config.max_tokens))
+    peak = memory.training_peak(model_config, _shapes(data.train, config.max_tokens,
+                                                      config.shape_multiple),
+                                f, tokenizer_bytes, _shapes(data.valid, config.max_tokens))
     return replace(peak, step=max(peak.step, after)).on(gpu)
 
 
@@ -210,13 +214,15 @@ def check_training_memory(model_config: Any, config: TrainConfig, data: Translat
                  f"parameters on batches of {config.max_tokens:,} tokens", fix, where)
 
 
-def _shapes(pairs: list[tuple[list[int], list[int]]], max_tokens: int
+def _shapes(pairs: list[tuple[list[int], list[int]]], max_tokens: int, multiple: int = 0
             ) -> list[tuple[int, int, int]]:
-    """(B, S, T) of every batch that ``TokenBatcher(pairs, max_tokens)`` makes, as
-    ``make_batch`` pads them, without making them (none without pairs: the Trainer names
-    that problem)."""
+    """(B, S, T) of every batch that ``TokenBatcher(pairs, max_tokens, shape_multiple=
+    multiple)`` makes, as ``make_batch`` pads them, without making them (none without pairs:
+    the Trainer names that problem)."""
     if not pairs:
         return []
+    if multiple:
+        return sorted(set(TokenBatcher(pairs, max_tokens, False, 0, multiple).shapes))
     lengths = [(max(len(s), 1), len(t) + 1) for s, t in pairs]
     shapes = set()
     for batch in TokenBatcher(pairs, max_tokens, shuffle=False).batches:
@@ -238,7 +244,8 @@ class Trainer:
                              "e.g. TransformerConfig.named(name, tokenizer.vocab_size).")
         self.run_dir = Path(run_dir)
         self.checkpoints = self.run_dir / "checkpoints"
-        self.batcher = TokenBatcher(data.train, config.max_tokens, shuffle=True, seed=config.seed)
+        self.batcher = TokenBatcher(data.train, config.max_tokens, shuffle=True, seed=config.seed,
+                                    shape_multiple=config.shape_multiple)
         if not data.valid:  # found now, not at the first validation, after training steps
             raise DataError("there are no validation pairs: the validation file is empty or "
                             "blank, or every pair has an empty side or is longer than the model "

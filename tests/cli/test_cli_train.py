@@ -392,3 +392,28 @@ def test_cuda_graphs_on_the_cpu_are_refused_in_one_sentence(tmp_path, capsys):
     message = capsys.readouterr().err.strip()
     assert message == ("minitransformer train: CUDA graphs need a GPU (device 'cuda'), not "
                        "'cpu'; leave them out (--cuda-graphs) on the CPU.")
+
+
+def test_shape_multiple_trains_on_batches_of_fixed_shapes(tmp_path, capsys):
+    """`--shape-multiple 4`: recorded in run.json, one batch shape per width, and the epoch
+    counted in those batches (the validation interval is one epoch)."""
+    corpus = write_corpus(tmp_path / "corpus")
+    run = tmp_path / "run"
+    assert cli.main(["train", "--data", str(corpus), "--src-lang", "xx", "--tgt-lang", "yy",
+                     "--config", "tiny", "--vocab-size", "40", "--max-tokens", "60",
+                     "--shape-multiple", "4", "--max-steps", "3", "--bleu-sentences", "0",
+                     "--beam", "1", "--no-progress", "--out", str(run)]) == 0
+    settings = json.loads((run / "run.json").read_text())["train"]
+    from minitransformer.data.batching import TokenBatcher
+    from minitransformer.translation.corpus import load_corpus, prepare
+
+    _, data, _ = prepare(load_corpus(str(corpus), "xx", "yy"), 40, 100)
+    fixed = TokenBatcher(data.train, 60, shape_multiple=4)
+    assert settings["shape_multiple"] == 4
+    assert settings["eval_every"] == len(fixed) != len(TokenBatcher(data.train, 60))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["train", "--shape-multiple", "-1", "--out", str(tmp_path / "x")])
+    assert refused.value.code == 2
+    assert "argument --shape-multiple: must be a whole number of at least 0" in \
+        capsys.readouterr().err

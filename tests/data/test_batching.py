@@ -168,3 +168,56 @@ def test_batching_invariants(pairs, max_tokens, seed, shuffle):
     first = check_epoch(batcher, pairs, max_tokens)
     second = check_epoch(batcher, pairs, max_tokens)
     assert sorted(tuple(b.indices) for b in first) == sorted(tuple(b.indices) for b in second)
+
+
+# ------------------------------------------------------ fixed shapes, for CUDA graphs
+
+@settings(max_examples=40, deadline=None)
+@given(pairs=st.lists(st.tuples(sentences, sentences), min_size=1, max_size=40),
+       max_tokens=st.integers(1, 150), multiple=st.integers(1, 9), seed=st.integers(0, 99))
+def test_fixed_shapes_one_per_width(pairs, max_tokens, multiple, seed):
+    """shape_multiple: every pair once, in a batch of shape (B, W, W) with W its width
+    max(S, T) rounded up to the multiple and B within the token bound; one shape per width,
+    fewer than a batch of empty rows in all; the padding rows empty (index -1, every id PAD),
+    and the token counts those of the real pairs."""
+    batcher = TokenBatcher(pairs, max_tokens, seed=seed, shape_multiple=multiple)
+    batches = list(batcher)
+    real = np.concatenate([b.indices[b.indices >= 0] for b in batches])
+    assert_array_equal(np.sort(real), np.arange(len(pairs)))
+    widths = set()
+    for batch in batches:
+        B, W = batch.src.shape
+        assert W % multiple == 0 and batch.tgt_in.shape == batch.tgt_out.shape == (B, W)
+        assert B <= max(1, max_tokens // W)
+        widths.add(W)
+        rows = batch.indices >= 0
+        for i in batch.indices[rows]:
+            s, t = pairs[i]
+            assert W - multiple < max(len(s), 1, len(t) + 1) <= W
+        assert (batch.src[~rows] == PAD_ID).all() and (batch.tgt_in[~rows] == PAD_ID).all()
+        assert (batch.tgt_out[~rows] == PAD_ID).all()
+        assert batch.n_src_tokens == (batch.src != PAD_ID).sum()
+        assert batch.n_tgt_tokens == (batch.tgt_out != PAD_ID).sum()
+    assert len({b.src.shape for b in batches}) == len(widths)
+    for W in widths:  # the empty rows of a width: fewer than its batches
+        of_width = [b for b in batches if b.src.shape[1] == W]
+        assert sum((b.indices < 0).sum() for b in of_width) < len(of_width)
+
+
+def test_fixed_shapes_make_fewer_shapes_than_padding_each_batch():
+    pairs = random_pairs(2000, max_len=40)
+    loose = {(b.src.shape, b.tgt_in.shape) for b in TokenBatcher(pairs, 2000)}
+    fixed = {(b.src.shape, b.tgt_in.shape) for b in TokenBatcher(pairs, 2000, shape_multiple=4)}
+    assert len(fixed) <= 11 < len(loose)  # widths 4, 8, ..., 44
+
+
+def test_make_batch_to_a_shape_and_bad_shape_multiples():
+    batch = make_batch([([5, 6], [7])], shape=(3, 4, 5))
+    assert batch.src.shape == (3, 4) and batch.tgt_in.shape == batch.tgt_out.shape == (3, 5)
+    assert_array_equal(batch.indices, [0, -1, -1])
+    assert (batch.n_src_tokens, batch.n_tgt_tokens) == (2, 2)
+    with pytest.raises(DataError, match=r"need at least \(B, S, T\) = \(1, 2, 2\)"):
+        make_batch([([5, 6], [7])], shape=(1, 1, 5))
+    for bad in (-1, 1.5, True):
+        with pytest.raises(DataError, match="shape_multiple must be a non-negative integer"):
+            TokenBatcher([([5], [6])], 10, shape_multiple=bad)

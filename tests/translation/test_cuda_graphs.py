@@ -107,12 +107,13 @@ def test_a_replayed_training_step_gives_the_eager_loss_and_parameters(tmp_path, 
 def test_a_new_shape_runs_eagerly_then_is_captured(tmp_path, graph_device):
     steps, graphed = train_both(tmp_path)
     batches = graphed.graphs.batches
-    assert batches.counts == {"eager": 2, "captured": 2, "replayed": 2, "dropped": 0}
+    assert batches.counts == {"eager": 2, "captured": 2, "replayed": 2, "dropped": 0,
+                              "not kept": 0}
     assert sorted(key[1][0] for key in batches.graphs) == [(3, 7), (4, 6)]  # src shapes
     assert batches.fallbacks == {}
     # the scaling and the update are one graph each, whatever the batch's shape
     assert graphed.graphs.tails.counts == {"eager": 2, "captured": 2, "replayed": 8,
-                                           "dropped": 0}
+                                           "dropped": 0, "not kept": 0}
 
 
 def test_a_host_read_inside_the_captured_step_is_caught_and_the_step_runs_eagerly(
@@ -135,6 +136,66 @@ def test_a_host_read_inside_the_captured_step_is_caught_and_the_step_runs_eagerl
         assert all("x.item()" in why for why in batches.fallbacks.values())
     for (eager, ours), _ in steps:
         assert same(ours["loss"], eager["loss"], graph_device)
+
+
+@pytest.mark.parametrize("device", ["cpu", "strict"])
+def test_a_batch_padded_to_a_fixed_shape_gives_the_same_loss_and_gradients(device):
+    """What fixed shapes rely on: empty rows (every id PAD) and wider padding change no
+    token's loss and no gradient (dropout off, float64)."""
+    backend.use(device)
+    backend.set_default_dtype("float64")
+    tokenizer, data = make_task()
+    backend.manual_seed(0)
+    model = Transformer(TransformerConfig.named("tiny", tokenizer.vocab_size, d_model=16,
+                                                d_ff=32, p_dropout=0.0))
+    pairs = data.train[:5]
+
+    def loss_and_gradients(batch):
+        for p in model.parameters():
+            p.grad = None
+        logits = model(batch.src, batch.tgt_in)
+        loss = F.cross_entropy(logits, batch.tgt_out, 0.1, ignore_index=model.config.pad_id)
+        token_loss = loss * batch.n_tgt_tokens
+        token_loss.backward()
+        return token_loss.item(), [backend.to_numpy(p.grad) for p in model.parameters()]
+
+    plain = make_batch(pairs)
+    B, S = plain.src.shape
+    padded = make_batch(pairs, shape=(B + 3, S + 4, plain.tgt_in.shape[1] + 2))
+    (loss, grads), (padded_loss, padded_grads) = map(loss_and_gradients, (plain, padded))
+    assert padded.n_tgt_tokens == plain.n_tgt_tokens
+    np.testing.assert_allclose(padded_loss, loss, rtol=1e-12)
+    for g, h in zip(grads, padded_grads, strict=True):
+        np.testing.assert_allclose(h, g, rtol=1e-9, atol=1e-12 * max(1.0, np.abs(g).max()))
+
+
+def test_a_trainer_takes_batches_of_fixed_shapes_when_asked(tmp_path, graph_device):
+    tokenizer, data = make_task()
+    model = Transformer(TransformerConfig.named("tiny", tokenizer.vocab_size, d_model=16,
+                                                d_ff=32))
+    settings = TrainConfig(max_steps=2, max_tokens=300, shape_multiple=4, cuda_graphs=True,
+                           bleu_sentences=0, progress=False)
+    fixed = Trainer(model, tokenizer, data, settings, tmp_path).batcher
+    assert fixed.shape_multiple == 4
+    shapes = {b.src.shape + b.tgt_in.shape for b in fixed}
+    assert all(S == T and S % 4 == 0 for _, S, _, T in shapes)
+    assert len(shapes) == len({S for _, S, _, _ in shapes})  # one shape per width
+
+
+def test_training_graphs_keep_the_first_shapes_and_run_the_others_eagerly(graph_device):
+    """Batch shapes come back every epoch: dropping the least recently used graph would drop
+    each one just before its shape returned. Without eviction the first max_graphs stay."""
+    cache = GraphCache(graph_device, max_graphs=2, evict=False)
+    xp = backend.get_backend(graph_device).xp
+    for _ in range(3):  # three epochs over three shapes
+        for n in (1, 2, 3):
+            x = backend.as_array(np.arange(float(n)), device=graph_device)
+            out = cache(("shape", n), lambda x: x * 2.0, (x,))
+            assert np.array_equal(backend.to_numpy(out), 2.0 * np.arange(n))
+    assert sorted(cache.graphs) == [("shape", 1), ("shape", 2)]
+    assert cache.counts == {"eager": 5, "captured": 2, "replayed": 2, "dropped": 0,
+                            "not kept": 2}
+    assert xp is not None
 
 
 def test_ids_outside_the_vocabulary_are_refused_before_a_replay(tmp_path, graph_device):
