@@ -100,26 +100,31 @@ def kernels() -> Any:
 
     @jit
     def normalize_row(r, gain, bias, eps, y):
-        """y = gain ∘ (r - μ) · rstd + bias for one row r (C,); returns (μ, rstd)."""
+        """y = gain ∘ (r - μ) · rstd + bias for one row r (C,); returns (μ, shift, rstd) in
+        r's dtype, with μ + shift the float64 mean. The centring is done in float64: μ rounded
+        to float32 is off by up to half an ulp of |μ|, which a row of variance far below eps
+        would blow up (x̂ off by 0.02 for rows near 1000 with a spread near √eps), and
+        fastmath's reassociation may fold a float32 correction back into μ."""
         C = r.shape[0]
         total = 0.0
         for j in range(C):
             total += r[j]
-        mean = r.dtype.type(total / C)      # float64 sum: a constant float32 row gives μ exactly
+        mean = total / C                    # float64: a constant row gives its value exactly
         squares = 0.0
         for j in range(C):
-            centred = r[j] - mean
+            centred = r[j] - mean           # float64
             squares += centred * centred
-        rstd = r.dtype.type(1.0 / math.sqrt(squares / C + eps))
+        rstd = 1.0 / math.sqrt(squares / C + eps)
         for j in range(C):
             y[j] = (r[j] - mean) * rstd * gain[j] + bias[j]
-        return mean, rstd
+        low = r.dtype.type(mean)
+        return low, r.dtype.type(mean - low), r.dtype.type(rstd)
 
     @jit
     def residual_forward(x, h, levels, threshold, scale, gain, bias, eps, keep, r, y, mean,
-                         rstd):
+                         shift, rstd):
         """Rows (n, C): keep = [levels >= threshold], r = x + h ∘ keep · scale,
-        y = LayerNorm(r); mean, rstd (n,)."""
+        y = LayerNorm(r); mean, shift, rstd (n,)."""
         n, C = x.shape
         zero, one = x.dtype.type(0), x.dtype.type(1)
         for i in range(n):
@@ -128,16 +133,17 @@ def kernels() -> Any:
                 keep[i, j] = kept
                 # a product, not a select, as NumPy's h ∘ keep: a dropped NaN or inf stays NaN
                 r[i, j] = x[i, j] + h[i, j] * (one if kept else zero) * scale
-            mean[i], rstd[i] = normalize_row(r[i], gain, bias, eps, y[i])
+            mean[i], shift[i], rstd[i] = normalize_row(r[i], gain, bias, eps, y[i])
 
     @jit
     def layer_norm_forward(x, gain, bias, eps, x_hat, y, rstd):
         """Rows (n, C): y = LayerNorm(x), x̂ kept for backward; rstd (n,)."""
         n, C = x.shape
         for i in range(n):
-            mean, rstd[i] = normalize_row(x[i], gain, bias, eps, y[i])
+            mean, shift, rstd[i] = normalize_row(x[i], gain, bias, eps, y[i])
+            centre = float(mean) + float(shift)             # the float64 mean, exactly
             for j in range(C):
-                x_hat[i, j] = (x[i, j] - mean) * rstd[i]
+                x_hat[i, j] = (x[i, j] - centre) * rstd[i]
 
     @jit
     def normalized_gradient_row(d, x_hat, gain, rstd, dx, dgain, dbias):
@@ -163,8 +169,9 @@ def kernels() -> Any:
         n, C = d.shape
         zero, one = d.dtype.type(0), d.dtype.type(1)
         for i in range(n):
+            centre = float(mean[i]) + float(shift[i])       # forward's float64 mean
             for j in range(C):
-                x_hat[j] = (r[i, j] - mean[i] - shift[i]) * rstd[i]
+                x_hat[j] = (r[i, j] - centre) * rstd[i]
             normalized_gradient_row(d[i], x_hat, gain, rstd[i], dr[i], dgain, dbias)
             if dh.shape[0]:
                 for j in range(C):  # a product, as NumPy's dr ∘ keep · s

@@ -146,15 +146,14 @@ def check_shapes(x, h) -> None:
 
 
 def _compiled_forward(x2, h2, u, threshold, scale, gain, bias, eps, keep, r, y, stats):
-    """forward's row kernel, compiled (``_compiled.py``): μ and rstd from the float64 sums,
-    no shift (saved as 0, so backward's x̂ = (r - μ - 0) · rstd either way)."""
+    """forward's row kernel, compiled (``_compiled.py``): μ, shift and rstd from float64
+    sums, saved as NumPy's are (backward's x̂ = ((r - μ) - shift) · rstd either way)."""
     kernel = _compiled.kernels().residual_forward
     mean, shift, rstd = stats
-    shift[:] = 0
 
     def residual(rows):
         kernel(x2[rows], h2[rows], u[rows], threshold, scale, gain, bias, eps, keep[rows],
-               r[rows], y[rows], mean[rows, 0], rstd[rows, 0])
+               r[rows], y[rows], mean[rows, 0], shift[rows, 0], rstd[rows, 0])
     return residual
 
 

@@ -138,6 +138,38 @@ def test_compiled_layer_norm_of_a_constant_row_is_the_bias(compiled):
     np.testing.assert_array_equal(y.numpy(), np.broadcast_to(bias, x.shape))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_compiled_layer_norm_takes_out_the_rounding_of_a_large_mean(dtype):
+    """Rows near 1000 with a spread near √eps: μ rounded to float32 is off by up to half an
+    ulp of 1000, which 1/√(σ² + eps) would blow up to an x̂ 0.02 off. NumPy's path takes the
+    mean of x - μ out as well (the shift), the compiled kernels centre in float64: both land
+    within rounding of the float64 truth (x̂ of such rows is ill-conditioned: its float64
+    truth itself is good to about 1e-10)."""
+    x = (1000.0 + 1e-3 * np.random.default_rng(5).standard_normal((64, 256))).astype(dtype)
+    x[:, 0] += np.float64(3e-3).astype(dtype)  # rows whose rounding of μ is not symmetric
+    ones, zeros = np.ones(256, dtype), np.zeros(256, dtype)
+    x64 = x.astype(np.float64)
+    centred = x64 - x64.mean(axis=-1, keepdims=True)
+    truth = centred / np.sqrt((centred ** 2).mean(axis=-1, keepdims=True) + 1e-6)
+
+    def outputs():
+        plain = F.layer_norm(mt.tensor(x), mt.tensor(ones), mt.tensor(zeros)).numpy()
+        fused = F.dropout_add_layer_norm(mt.tensor(x), mt.tensor(np.zeros_like(x)),
+                                         mt.tensor(ones), mt.tensor(zeros), p=0.1).numpy()
+        return plain, fused
+
+    numpy_paths = outputs()
+    _compiled.set_compiled_kernels(True)
+    try:
+        compiled_paths = outputs()
+    finally:
+        _compiled.set_compiled_kernels(False)
+    limit = 5e-6 if dtype == "float32" else 5e-9
+    for reference, got in zip(numpy_paths, compiled_paths, strict=True):
+        assert np.abs(reference - truth).max() < limit
+        assert np.abs(got - truth).max() < limit
+
+
 def test_compiled_kernels_let_nan_and_inf_through(compiled):
     """fastmath stops at reassociation: a non-finite input still gives a non-finite output,
     so a diverging step is seen by the loss check, not hidden."""
