@@ -37,6 +37,7 @@ import ctypes.util
 from dataclasses import dataclass
 from typing import Any
 
+from .. import backend
 from ..autograd.graphs import is_capturing, set_up_before_cuda_captures
 from ._broadcast import broadcast_shapes
 
@@ -136,7 +137,7 @@ def emulate(gemm: Gemm, a: Any, b: Any, xp: Any) -> Any:
     dimension under the stored matrix's rows, a size past 32-bit ints) and a read outside an
     operand's memory, reads each operand through as_strided as cuBLAS reads it, and writes C
     with ``ldc`` and ``stride_c`` into a buffer of exactly the result's size."""
-    from numpy.lib.stride_tricks import as_strided
+    as_strided = xp.lib.stride_tricks.as_strided
 
     ints = (gemm.m, gemm.n, gemm.k, gemm.ld_1, gemm.ld_2, gemm.ldc, gemm.batch)
     if min(ints) < 1 or max(ints) >= 2 ** 31 or gemm.ldc < gemm.m:
@@ -241,8 +242,7 @@ def _loaded_cublas() -> str | None:
 
 def _library_path(cupy: Any) -> str:
     """The cuBLAS CuPy uses, found where CuPy loaded it (a first product of CuPy's own loads
-    it, where importing its bindings did not), else by name."""
-    from cupy_backends.cuda.libs import cublas  # noqa: F401
+    it, where nothing has yet), else by name."""
     found = _loaded_cublas()
     if found is None and not cupy.cuda.get_current_stream().is_capturing():
         one = cupy.ones((1, 1), dtype=cupy.float32)
@@ -278,8 +278,7 @@ def why_unavailable() -> str | None:
 
 def _set_up() -> None:
     """The handle on the capture stream, with its workspace, before a capture begins."""
-    import cupy
-    lib = library(cupy)
+    lib = library(backend.get_backend("cuda").xp)
     if lib is not None:
         lib.handle()
 
@@ -296,7 +295,7 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
     one cuBLAS call (module docstring); otherwise, and for what that does not cover (other or
     mixed dtypes, sizes past 32-bit ints, no cuBLAS found), by ``cupy.matmul``, whose host
     time per call was the lower on an H200 (module docstring)."""
-    import cupy
+    cupy = backend.get_array_module(a)
     lib = library(cupy) if is_capturing() else None
     if (lib is None or a.dtype != b.dtype or a.dtype.name not in _DATA_TYPE
             or a.ndim == 0 or b.ndim == 0):
