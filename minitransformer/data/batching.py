@@ -36,7 +36,8 @@ class Batch:
 
     ``n_tgt_tokens`` counts the EOS of each target: it is the number of predictions the loss
     scores. ``indices`` are the pairs' positions in the list they were batched from, so
-    translations of a shuffled or sorted test set can be put back in order.
+    translations of a shuffled or sorted test set can be put back in order; -1 marks an
+    empty row added to reach a fixed shape (``make_batch(shape=...)``).
     """
 
     src: np.ndarray
