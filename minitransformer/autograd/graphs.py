@@ -256,6 +256,13 @@ class GraphCache:
             self.counts["dropped"] += 1
         return graph.replay(inputs)
 
+    def drop(self, key: Any) -> None:
+        """Drop ``key``'s graph, if it has one (the arrays it updates are about to be freed);
+        the key starts afresh."""
+        if self.graphs.pop(key, None) is not None:
+            self.counts["dropped"] += 1
+        self.seen.pop(key, None)
+
     def clear(self) -> None:
         """Drop every graph (the arrays they update were replaced); keys start afresh."""
         self.counts["dropped"] += len(self.graphs)

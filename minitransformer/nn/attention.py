@@ -38,6 +38,17 @@ class KVCache:
         self.v: Any = None
         self.stacked: Any = None  # (weight (n·C, C), bias (n·C,)) Tensors, or None
 
+    def extend(self, k: Any, v: Any) -> tuple[Any, Any, Any]:
+        """Self-attention: append the new positions' keys and values (B, H, T, D) to those
+        kept; what the queries attend to: all keys and values so far, and a mask of the keys
+        they may see (None: all of them). ``translation/graphs.py`` has a cache of fixed
+        shapes with the same methods, which masks the positions not yet written."""
+        if self.k is not None:
+            k = F.concat([self.k, k], axis=2)                                 # (B, H, S, D)
+            v = F.concat([self.v, v], axis=2)
+        self.k, self.v = k, v
+        return k, v, None
+
     def reorder(self, index: Any) -> None:
         """Keep batch rows ``index`` (beam search reorders hypotheses every step)."""
         if self.k is not None:
@@ -96,27 +107,31 @@ class MultiHeadAttention(Module):
                 raise ValueError(f"attention expects {name} of shape (batch, length, "
                                  f"{self.d_model}), got {tuple(x.shape)}.")
         B, T, C = query.shape
-        if cache is not None and static_kv and cache.k is not None:
+        if cache is not None and static_kv:  # cross-attention: the memory's keys and values
+            if cache.k is None:              # once, on the first call
+                cache.k, cache.v = self._keys_values(key, value)     # (B', H, S, D) each
             q = self._split_heads(self.w_q(query))                   # (B, H, T, D)
-            k, v = cache.k, cache.v                                  # (B', H, S, D)
+            k, v = cache.k, cache.v
             if k.shape[0] != B:  # every cached row serves B / B' consecutive query rows
                 return self._shared_kv_attention(q, k, v, mask, return_weights)
+            return self._attend(q, k, v, mask, return_weights)
+        if key is query and value is query:  # self-attention: Q, K, V in one matmul
+            q, k, v = self._project(query, self.w_q, self.w_k, self.w_v, cache=cache)
         else:
-            if key is query and value is query:  # self-attention: Q, K, V in one matmul
-                q, k, v = self._project(query, self.w_q, self.w_k, self.w_v, cache=cache)
-            else:
-                q = self._split_heads(self.w_q(query))
-                if value is key:                 # cross-attention: K and V in one matmul
-                    k, v = self._project(key, self.w_k, self.w_v)
-                else:
-                    k = self._split_heads(self.w_k(key))
-                    v = self._split_heads(self.w_v(value))
-            if cache is not None and not static_kv and cache.k is not None:
-                k = F.concat([cache.k, k], axis=2)                   # (B, H, S, D)
-                v = F.concat([cache.v, v], axis=2)
-            if cache is not None:
-                cache.k, cache.v = k, v
+            q = self._split_heads(self.w_q(query))
+            k, v = self._keys_values(key, value)
+        if cache is not None:  # the new positions join the cached ones
+            k, v, seen = cache.extend(k, v)                          # (B, H, S, D) each
+            if seen is not None:  # (1, 1, 1, S): the cache's positions written so far
+                mask = seen if mask is None else seen & mask
         return self._attend(q, k, v, mask, return_weights)
+
+    def _keys_values(self, key: Any, value: Any) -> tuple[Any, Any]:
+        """Keys and values in heads (B, H, S, D): one matmul when they come from one input."""
+        if value is key:  # cross-attention: K and V in one matmul
+            k, v = self._project(key, self.w_k, self.w_v)
+            return k, v
+        return self._split_heads(self.w_k(key)), self._split_heads(self.w_v(value))
 
     def _attend(self, q: Any, k: Any, v: Any, mask: Any, return_weights: bool) -> Any:
         """Attention over heads q (B, H, T, D), k and v (B, H, S, D), then W^O."""

@@ -27,6 +27,8 @@ SAME = object()  # DecoderCache.reorder: the cross-attention caches take the sam
 class DecoderCache:
     """Per layer, the self-attention and cross-attention keys and values computed so far."""
 
+    position: Any = None  # a fixed-shape cache's next position, as a device array (graphs.py)
+
     def __init__(self, n_layers: int):
         self.layers = [(KVCache(), KVCache()) for _ in range(n_layers)]
         self.length = 0  # target positions already decoded

@@ -52,8 +52,14 @@ class PositionalEncoding(Module):
             self._tables[key] = sinusoidal_table(self.max_len, self.d_model, device, dtype)
         return self._tables[key]
 
-    def forward(self, x: Any, start: int = 0) -> Any:
-        """x (B, T, C) -> x + PE[start : start + T]; ``start`` > 0 while decoding step by step."""
+    def forward(self, x: Any, start: Any = 0) -> Any:
+        """x (B, T, C) -> x + PE[start : start + T]; ``start`` > 0 while decoding step by step.
+        ``start`` may also be an integer array of the T positions on x's device (a captured
+        decoding step reads its position there: ``translation/graphs.py``, which keeps it
+        inside the table)."""
+        if backend.is_array(start):  # (T,) positions
+            rows = self.weight[start] if self.learned else self.table(x.device, x.dtype)[start]
+            return x + rows                                              # (B, T, C)
         T = x.shape[1]
         if start + T > self.max_len:
             raise ValueError(f"a sequence of {start + T} positions (0 to {start + T - 1}) is "

@@ -85,6 +85,8 @@ class Transformer(Module):
             keys = xp.arange(start + T)[None, :]                          # (1, start+T)
             queries = xp.arange(start, start + T)[:, None]                # (T, 1)
             self_mask = (keys <= queries)[None, None]                     # (1, 1, T, start+T)
+        if cache is not None and cache.position is not None:  # a fixed-shape cache's own
+            start = cache.position                                # position, on the device
         x = self._embed(ids, self.tgt_embed, self.tgt_positions, start)
         hidden = self.decoder(x, memory, self_mask, src_mask, cache)      # (B, T, C)
         if cache is not None:

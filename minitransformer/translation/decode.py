@@ -17,8 +17,9 @@ decoded as one batch; the length penalty is that of Wu et al. (2016, GNMT):
 with |Y| counting the end-of-sentence token.
 
 On the CPU a batch's sentences are decoded in shares, one per core, at once (``_on_cores``).
-On the GPU, ``graphs=DecodingGraphs(model)`` (translation/graphs.py) runs each step after the
-first in a CUDA graph of its shapes, captured the second time those shapes come.
+On the GPU, ``graphs=DecodingGraphs(model)`` (translation/graphs.py) gives the search a cache
+of fixed shapes and runs each step after the first in the CUDA graph of the batch's shape,
+captured the second time that shape steps (and replayed by later batches of that shape).
 
 Each sentence's limit is its own length + 50 (not the padded width of its batch), so a
 sentence decodes the same alone and in any batch; it is at most the positional table's
@@ -152,12 +153,21 @@ def _decode_prefix(model: Transformer, prefix: Any, memory: Tensor, src_mask: An
 
 def _decode_step(model: Transformer, graphs: Any, ids: Any, memory: Tensor, src_mask: Any,
                  cache: Any) -> Tensor:
-    """Logits (N, 1, V) of the newest ids (N, 1) with the cache: by a graph of the step's
-    shapes when ``graphs`` is given and the cache holds positions already (the first step,
-    which fills the cross-attention cache, runs eagerly)."""
-    if graphs is None or cache.length == 0:
+    """Logits (N, 1, V) of the newest ids (N, 1) with the cache: with ``graphs``, by the
+    graph of the cache's shape (``_new_cache``; the first step, which fills the
+    cross-attention cache, runs eagerly)."""
+    if graphs is None:
         return model.decode(ids, memory, src_mask, cache)
     return graphs.decode(ids, memory, src_mask, cache)
+
+
+def _new_cache(model: Transformer, graphs: Any, memory: Tensor, src_mask: Any, beams: int,
+               limit: int) -> Any:
+    """The model's cache; with ``graphs`` one of fixed shapes, for ``beams`` rows a sentence
+    and at most ``limit`` steps, whose steps a graph replays."""
+    if graphs is None:
+        return model.new_cache()
+    return graphs.new_cache(memory, src_mask, beams, limit)
 
 
 def _strip(rows: list[list[int]], eos_id: int) -> list[list[int]]:
@@ -181,7 +191,7 @@ def greedy_decode(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
     score log P / lp(|Y|) with α = ``length_penalty``, comparable with beam search's.
 
     ``graphs`` (a ``translation.graphs.DecodingGraphs`` of this model, GPU only) runs the
-    cached steps in CUDA graphs; the tokens are the same.
+    cached steps in CUDA graphs; the tokens are the same (the scores to rounding).
     """
     if n_best is not None and (not _is_index(n_best) or n_best != 1):
         raise ValueError(f"greedy decoding keeps one hypothesis, so n_best can only be 1 "
@@ -207,9 +217,9 @@ def _greedy(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_id: i
     src_mask = model.source_mask(src)                                    # (B, 1, 1, S)
     memory = model.encode(src, src_mask)                                 # (B, S, C)
     B = src.shape[0]
-    cache = model.new_cache() if use_cache else None
     xp = backend.get_array_module(src.data)
     limit = int(limits.max()) if B else 0
+    cache = _new_cache(model, graphs, memory, src_mask, 1, limit) if use_cache else None
     # generated ids are int64 whatever the source ids are (the target vocabulary may be larger)
     out = xp.full((B, limit), eos_id, dtype=xp.int64)                    # (B, limit)
     out_log_probs = xp.zeros((B, limit), dtype=memory.data.dtype) if with_log_probs else None
@@ -352,7 +362,7 @@ def beam_search(model: Transformer, src_ids: Any, bos_id: int, eos_id: int,
     reordering moves the prefixes instead of the cache (the same result, for benchmarks).
 
     ``graphs`` (a ``translation.graphs.DecodingGraphs`` of this model, GPU only) runs the
-    cached steps in CUDA graphs; the hypotheses are the same.
+    cached steps in CUDA graphs; the hypotheses are the same (their scores to rounding).
 
     A beam wider than the target vocabulary V is searched as asked: the first step fills only
     V of its places (one empty prefix, V tokens), later ones have K·V candidates, and a beam
@@ -448,7 +458,7 @@ def _beam_search(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_
 
     # Every sentence's K beams sit in consecutive rows: row = sentence·K + beam.
     rows = xp.repeat(xp.arange(B), K)                                    # (B·K,)
-    cache = model.new_cache() if use_cache else None
+    cache = _new_cache(model, graphs, memory, src_mask, K, limit) if use_cache else None
     if cache is None:  # every step decodes the B·K prefixes against their memory
         memory, src_mask = memory[rows], src_mask[rows]                  # (B·K, S, C), ...
     # With the cache, memory, source mask and the cross-attention keys and values keep
@@ -467,7 +477,10 @@ def _beam_search(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_
     for t in range(1, limit + 1):  # t: hypothesis length after this step, EOS included
         A = alive_scores.shape[0]
         r = xp.arange(A)[:, None]                                        # (A, 1)
-        if cache is not None and t == 1:
+        if cache is not None and t == 1 and graphs is not None:  # all B·K rows: one shape
+            bos = xp.full((B * K, 1), bos_id, dtype=ids_dtype)         # (B·K, 1)
+            newest = _decode_step(model, graphs, bos, memory, src_mask, cache).data[:, -1]
+        elif cache is not None and t == 1:
             bos = xp.full((B, 1), bos_id, dtype=ids_dtype)             # (B, 1)
             newest = model.decode(bos, memory, src_mask, cache).data[:, -1][rows]
         elif cache is not None:
@@ -543,7 +556,8 @@ def _beam_search(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_
         if n_done:
             memory, src_mask = memory[staying], src_mask[staying]
         # after the first step the self-attention cache grows from 1 to K rows a sentence
-        cache.reorder(flat // K if t == 1 else flat, cross_index=staying)
+        # (with graphs it has K from the start)
+        cache.reorder(flat // K if t == 1 and graphs is None else flat, cross_index=staying)
 
     return found.results()
 

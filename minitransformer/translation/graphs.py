@@ -22,31 +22,42 @@ version counts, and dropout's random numbers, drawn before each replay from the 
 the Trainer seeds per batch: a step replayed computes what the eager step computes, bit for
 bit (tests/translation/test_cuda_graphs.py proves it on the strict device).
 
-Decoding: one step of greedy or beam search with the key/value cache, after the first
-(which fills the cross-attention cache), keyed by the shapes of its ids, memory, mask and
-cache. Its inputs (the cache included) are copied into the graph's static buffers, and the
-new keys and values it returns are that graph's static outputs, which the next decoding of
-the same shapes overwrites. The stacked projection weights a cache keeps live in buffers of
-``DecodingGraphs``, refilled in place when the weights change, so graphs never read a freed
-cache's arrays.
+Decoding: every step of greedy or beam search with the key/value cache is one graph per
+batch shape. The eager cache grows by a position a step, so each step would be a new shape;
+``DecodingGraphs.new_cache`` gives a cache of fixed shapes instead, whose buffers the graph
+reads and writes: each layer's self-attention keys and values (N, H, P, D) for P positions,
+written at the step's position (a device array the host sets before each launch) and read
+whole, the positions not yet written masked; the cross-attention keys and values, computed
+from the memory by the first step, which runs eagerly; the newest ids and the source mask,
+copied in by the host. When sentences leave the batch (greedy decoding drops finished ones,
+beam search settled ones) their rows stay in the buffers and the search reads the first
+rows, so the shape holds. N is the batch's sentences × beams (beam search decodes all K
+rows of a sentence from the first step), the source width and P (the batch's limit) are
+rounded up to a multiple of 8: a later batch of that shape replays the same graph from its
+second step. The stacked projection weights live in buffers of ``DecodingGraphs``,
+refilled in place when the weights change. Attending over all P positions, the unwritten
+ones masked, a step's sums run over more (zero) terms than the eager step's: the scores
+agree to rounding, and so the tokens, but where two candidates tie to rounding.
 
 Shapes must repeat for graphs to pay. A training run's batches are the same every epoch, so
 their shapes come back, and the batch graphs of the first ``max_graphs`` shapes are kept for
 the whole run; with ``TrainConfig(shape_multiple=m)`` (``train --shape-multiple``) the
 batches have one shape per width, a multiple of m, so that every step replays (Multi30k at
-4,000 tokens: 119 shapes otherwise). Decoding's graphs are kept by recent use: its shapes
-move on as the outputs grow.
+4,000 tokens: 119 shapes otherwise). Decoding keeps the buffers and graph of its
+``max_shapes`` most recently used shapes.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from typing import Any
 
 from .. import backend
 from .. import functional as F
 from ..autograd.graphs import GraphCache
 from ..autograd.tensor import Tensor
+from ..nn.decoder import SAME
 
 
 class GraphedTraining:
@@ -161,13 +172,19 @@ def _check_ids(ids: Any, vocab_size: int, side: str, ignore: int | None = None) 
 
 
 class DecodingGraphs:
-    """Decoding steps of ``model`` in graphs, by shape (module docstring); give one to
-    ``greedy_decode`` or ``beam_search`` as ``graphs=`` and keep it for the next batches."""
+    """Decoding steps of ``model`` in graphs, one per batch shape (module docstring): give one
+    to ``greedy_decode`` or ``beam_search`` as ``graphs=`` and keep it for the next batches.
+    At most ``max_shapes`` shapes keep their buffers and graph (the least recently used goes
+    first): a beam-4 batch of 256 sentences of the `small` model holds about half a GiB of
+    keys and values."""
 
-    def __init__(self, model: Any, max_graphs: int = 64):
-        self.model = model
+    def __init__(self, model: Any, max_shapes: int = 4):
+        if max_shapes < 1:
+            raise ValueError(f"max_shapes must be at least 1, got {max_shapes}.")
+        self.model, self.max_shapes = model, max_shapes
         self.device = model.src_embed.weight.device
-        self.cache = GraphCache(self.device, max_graphs)
+        self.graphs = GraphCache(self.device, max_shapes)
+        self.states: OrderedDict[tuple, _DecodingState] = OrderedDict()
         self._stacked: list[tuple[Tensor, Tensor]] | None = None
         self._versions: tuple[int, ...] = ()
 
@@ -189,30 +206,176 @@ class DecodingGraphs:
         self._versions = versions
         return self._stacked
 
-    def decode(self, ids: Any, memory: Tensor, src_mask: Any, cache: Any) -> Tensor:
-        """``model.decode(ids, memory, src_mask, cache)`` for a cache that holds at least one
-        position: logits (N, 1, V) by a graph of these shapes; the cache takes the new keys
-        and values."""
-        stacked = self.stacked_weights()
-        kv = [t.data for pair in cache.layers for kv in pair for t in (kv.k, kv.v)]
-        inputs = (backend.as_array(ids, device=self.device), memory.data, src_mask, *kv)
-        key = ("decode", cache.length, tuple((a.shape, str(a.dtype)) for a in inputs))
+    def new_cache(self, memory: Tensor, src_mask: Any, beams: int, limit: int) -> StaticCache:
+        """A cache for decoding the sentences of ``memory`` (B, S, C) with ``src_mask``
+        (B, 1, 1, S), ``beams`` query rows a sentence (1 for greedy decoding, K for beam
+        search, whose first step then decodes all K rows of each sentence), for at most
+        ``limit`` positions: in the buffers of its shape (B, source width and limit rounded
+        up to a multiple of ``ROUND``), which every batch of that shape shares."""
+        B, S, C = memory.shape
+        positions = self.model.tgt_positions.max_len
+        capacity = min(_round_up(max(limit, 1)), positions)
+        key = (B * beams, B, _round_up(S), capacity, str(memory.dtype))
+        state = self.states.get(key)
+        if state is None:
+            state = _DecodingState(self.model, *key[:4], memory.dtype)
+            self.states[key] = state
+            while len(self.states) > self.max_shapes:
+                dropped, _ = self.states.popitem(last=False)
+                self.graphs.drop(dropped)  # its graph writes the buffers about to be freed
+        self.states.move_to_end(key)
+        state.start(memory.data, src_mask)
+        return StaticCache(state, key, self.stacked_weights())
 
-        def step(ids: Any, memory: Any, src_mask: Any, *kv: Any) -> tuple[Any, ...]:
-            scratch = self.model.new_cache()  # the caller's cache is left as it is
-            scratch.length = cache.length
-            for i, (self_kv, cross_kv) in enumerate(scratch.layers):
-                self_kv.k, self_kv.v, cross_kv.k, cross_kv.v = map(Tensor, kv[4 * i:4 * i + 4])
-                self_kv.stacked = stacked[i]
-            logits = self.model.decode(ids, Tensor(memory), src_mask, scratch)  # (N, 1, V)
-            return (logits.data, *[t.data for self_kv, _ in scratch.layers
-                                    for t in (self_kv.k, self_kv.v)])
-
-        logits, *new_kv = self.cache(key, step, inputs)
-        for i, (self_kv, _) in enumerate(cache.layers):
-            self_kv.k, self_kv.v = Tensor(new_kv[2 * i]), Tensor(new_kv[2 * i + 1])
-        cache.length += 1
-        return Tensor(logits)
+    def decode(self, ids: Any, memory: Tensor, src_mask: Any, cache: StaticCache) -> Tensor:
+        """``model.decode(ids, memory, src_mask, cache)`` for the ids (n, 1) of the rows still
+        decoding (the first n of the cache's; ``src_mask`` of their sentences): logits
+        (n, 1, V). The first step, which fills the cross-attention keys and values, runs
+        eagerly; the others by the graph of the cache's shape (``memory`` is read only by the
+        first)."""
+        if cache.length >= cache.state.capacity:
+            raise ValueError(f"decoding step {cache.length + 1} is past the cache's "
+                             f"{cache.state.capacity} positions; give new_cache the limit.")
+        state, n = cache.state, ids.shape[0]
+        state.ids[:n] = backend.as_array(ids, device=self.device)
+        state.set_mask(src_mask)
+        state.position.fill(cache.length)
+        length = cache.length
+        if length == 0:  # the cross-attention keys and values, from the padded memory
+            logits = state.step(cache)
+        else:
+            logits = self.graphs(cache.key, lambda: state.step(cache), ())
+        cache.length = length + 1
+        return Tensor(logits[:n])
 
     def summary(self) -> dict[str, Any]:
-        return self.cache.summary()
+        return {**self.graphs.summary(), "shapes": len(self.states)}
+
+
+ROUND = 8  # source widths and decoding limits are rounded up to a multiple of this
+
+
+def _round_up(n: int) -> int:
+    return -(-n // ROUND) * ROUND
+
+
+class _DecodingState:
+    """The fixed buffers of one decoding shape: N query rows (sentences × beams) on B
+    sentences of at most S source tokens, for at most P positions. The graph of its step
+    reads and writes only these, so any batch of this shape replays it."""
+
+    def __init__(self, model: Any, N: int, B: int, S: int, P: int, dtype: Any):
+        self.model, self.N, self.B, self.S, self.capacity = model, N, B, S, P
+        config = model.config
+        H, D = config.n_heads, config.d_model // config.n_heads
+        xp = backend.get_backend(model.src_embed.weight.device).xp
+        self.xp = xp
+        self.ids = xp.zeros((N, 1), dtype=xp.int64)                    # (N, 1) newest ids
+        self.memory = xp.zeros((B, S, config.d_model), dtype=dtype)    # (B, S, C)
+        self.mask = xp.zeros((B, 1, 1, S), dtype=bool)                 # (B, 1, 1, S)
+        self.position = xp.zeros(1, dtype=xp.int64)                    # (1,) the newest's
+        self.slots = xp.arange(P)                                      # (P,)
+        self.self_kv = [(xp.zeros((N, H, P, D), dtype=dtype), xp.zeros((N, H, P, D), dtype=dtype))
+                        for _ in range(config.n_layers)]               # (N, H, P, D) each
+        self.cross_kv = [(xp.zeros((B, H, S, D), dtype=dtype), xp.zeros((B, H, S, D), dtype=dtype))
+                         for _ in range(config.n_layers)]              # (B, H, S, D) each
+
+    def start(self, memory: Any, src_mask: Any) -> None:
+        """A new batch: its memory and mask, padded to the state's source width (masked)."""
+        B, S = memory.shape[:2]
+        self.memory[...] = 0
+        self.memory[:B, :S] = memory
+        self.mask[...] = False
+        self.set_mask(src_mask)
+
+    def set_mask(self, src_mask: Any) -> None:
+        """The source mask of the sentences still decoding, in the first rows."""
+        mask = src_mask.data if isinstance(src_mask, Tensor) else src_mask
+        self.mask[:mask.shape[0], ..., :mask.shape[-1]] = mask
+
+    def step(self, cache: StaticCache) -> Any:
+        """One step on all N rows: logits (N, 1, V). What a graph captures: everything it
+        computes depends on the buffers alone, the position included."""
+        cache.write = (self.slots == self.position)[None, None, :, None]  # (1, 1, P, 1)
+        cache.seen = (self.slots <= self.position)[None, None, None, :]   # (1, 1, 1, P)
+        logits = self.model.decode(Tensor(self.ids), Tensor(self.memory), self.mask, cache)
+        return logits.data
+
+
+class StaticCache:
+    """A ``DecoderCache`` of fixed shapes (``DecodingGraphs.new_cache``): each layer's
+    self-attention keys and values are written at the position in the device array
+    ``position`` and read whole, their unwritten positions masked; the cross-attention keys
+    and values are computed once, into buffers. ``reorder`` moves rows within the buffers."""
+
+    def __init__(self, state: _DecodingState, key: tuple, stacked: list) -> None:
+        self.state, self.key = state, key
+        self.length = 0
+        self.position = state.position
+        self.write: Any = None   # (1, 1, P, 1) True at the newest position (set each step)
+        self.seen: Any = None    # (1, 1, 1, P) True at the positions written so far
+        self.layers = [(_SelfSlots(self, k, v, w), _CrossSlots(k_x, v_x))
+                       for (k, v), (k_x, v_x), w in zip(state.self_kv, state.cross_kv,
+                                                         stacked, strict=True)]
+
+    def reorder(self, index: Any, cross_index: Any = SAME) -> None:
+        """Rows ``index`` of the self-attention buffers (and ``cross_index`` of the
+        cross-attention ones: the same by default, None for none) into their first rows."""
+        cross_index = index if cross_index is SAME else cross_index
+        for self_slots, cross_slots in self.layers:
+            self_slots.reorder(index)
+            if cross_index is not None:
+                cross_slots.reorder(cross_index)
+
+
+class _SelfSlots:
+    """One layer's self-attention keys and values (N, H, P, D) with ``KVCache``'s methods."""
+
+    def __init__(self, cache: StaticCache, k: Any, v: Any, stacked: tuple) -> None:
+        self.cache, self.k_buf, self.v_buf, self.stacked = cache, k, v, stacked
+        self.k = self.v = None  # as KVCache's: the self-attention path reads its own
+
+    def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Any]:
+        """Write k, v (N, H, 1, D) at the position; all P positions, those written so far
+        unmasked."""
+        xp = backend.get_array_module(self.k_buf)
+        xp.copyto(self.k_buf, k.data, where=self.cache.write)             # (N, H, P, D)
+        xp.copyto(self.v_buf, v.data, where=self.cache.write)
+        return Tensor(self.k_buf), Tensor(self.v_buf), self.cache.seen
+
+    def reorder(self, index: Any) -> None:
+        n = index.shape[0]
+        self.k_buf[:n] = self.k_buf[index]
+        self.v_buf[:n] = self.v_buf[index]
+
+
+class _CrossSlots:
+    """One layer's cross-attention keys and values (B, H, S, D), filled on the first step."""
+
+    stacked = None
+
+    def __init__(self, k: Any, v: Any) -> None:
+        self.k_buf, self.v_buf = k, v
+        self.filled = False
+
+    @property
+    def k(self) -> Tensor | None:
+        return Tensor(self.k_buf) if self.filled else None
+
+    @property
+    def v(self) -> Tensor | None:
+        return Tensor(self.v_buf) if self.filled else None
+
+    @k.setter
+    def k(self, value: Tensor) -> None:
+        self.k_buf[...] = value.data
+        self.filled = True
+
+    @v.setter
+    def v(self, value: Tensor) -> None:
+        self.v_buf[...] = value.data
+
+    def reorder(self, index: Any) -> None:
+        n = index.shape[0]
+        self.k_buf[:n] = self.k_buf[index]
+        self.v_buf[:n] = self.v_buf[index]

@@ -256,10 +256,24 @@ def test_a_replayed_decoding_gives_the_eager_tokens(model_and_sources, search):
                            max_len=7, n_best=2, graphs=graphs)
 
     eager = decode(None)
-    for _ in range(3):  # warm-up, capture, replay
-        assert decode(decoding) == eager
+    for _ in range(3):  # the first decoding captures its shape's graph, the others replay it
+        assert_same_hypotheses(decode(decoding), eager)
     counts = decoding.summary()
     assert counts["captured"] > 0 and counts["replayed"] > 0 and not counts["fallbacks"]
+
+
+def assert_same_hypotheses(got, expected):
+    """The same tokens, in the same order, and the same scores to rounding: a graph's step
+    attends over all the positions of its fixed-shape cache, the unwritten ones masked, so
+    its sums run over more (zero) terms than the eager step's."""
+    assert len(got) == len(expected)
+    for hyps, eager_hyps in zip(got, expected, strict=True):
+        assert [(h.tokens, h.finished) for h in hyps] == \
+            [(h.tokens, h.finished) for h in eager_hyps]
+        for h, e in zip(hyps, eager_hyps, strict=True):
+            np.testing.assert_allclose(h.token_log_probs, e.token_log_probs, rtol=1e-12)
+            np.testing.assert_allclose([h.log_prob, h.score], [e.log_prob, e.score],
+                                       rtol=1e-12)
 
 
 @pytest.mark.parametrize("beam", [1, 3])
@@ -270,15 +284,85 @@ def test_translate_and_score_with_graphs_give_the_eager_text(model_and_sources, 
     _, data = make_task()
     sentences, references = data.valid_sources[:6], data.valid_references[:6]
     pairs = list(zip(sentences, references, strict=True))
-    decoding = DecodingGraphs(model, max_graphs=512)  # the untrained model runs to its limit
+    decoding = DecodingGraphs(model)
     eager = translate(model, tokenizer, sentences, beam)
     eager_score = score(model, tokenizer, pairs, beam)
-    for _ in range(3):  # the shapes are warmed up, then captured, then replayed
+    for _ in range(3):
         assert translate(model, tokenizer, sentences, beam, graphs=decoding) == eager
     assert score(model, tokenizer, pairs, beam, graphs=decoding) == eager_score
     n_best = translate_n_best(model, tokenizer, sentences, beam, graphs=decoding)
     assert [t.hypotheses[0].text if t.hypotheses else "" for t in n_best] == eager
     assert decoding.summary()["replayed"] > 0
+
+
+def greedy_steps(model, tokenizer, sources, graphs, max_len=7):
+    """Greedy decoding of ``sources`` with ``graphs``: (hypotheses, the graphs' counts)."""
+    out = greedy_decode(model, sources, tokenizer.bos_id, tokenizer.eos_id, max_len=max_len,
+                        n_best=1, graphs=graphs)
+    return out, dict(graphs.summary())
+
+
+def test_one_graph_serves_every_step_of_a_batch_and_every_batch_of_its_shape(
+        model_and_sources):
+    """The cache has fixed shapes (rows, source width and limit rounded up to 8), so every
+    step after the first (which fills the cross-attention keys and values) is one shape:
+    seen once eagerly, captured, then replayed, also by a later batch of other lengths
+    that rounds to the same shape."""
+    model, sources, tokenizer = model_and_sources
+    decoding = DecodingGraphs(model)
+    _, counts = greedy_steps(model, tokenizer, sources, decoding)  # untrained: all 7 steps
+    assert (counts["eager"], counts["captured"], counts["replayed"]) == (1, 1, 4)
+    assert counts["shapes"] == 1
+    shorter = sources[:, :5].copy()                                 # width 5: rounds to 8
+    eager = greedy_decode(model, shorter, tokenizer.bos_id, tokenizer.eos_id, max_len=7,
+                          n_best=1)
+    got, counts = greedy_steps(model, tokenizer, shorter, decoding)
+    assert_same_hypotheses(got, eager)
+    assert (counts["eager"], counts["captured"], counts["replayed"]) == (1, 1, 10)
+    assert counts["shapes"] == 1
+
+
+def test_sentences_that_finish_keep_the_shape_and_the_others_their_tokens(
+        model_and_sources):
+    """Rows leave the batch as their sentences end (greedy) or settle (beam search); the
+    graph keeps its rows, the search reads the first ones."""
+    model, sources, tokenizer = model_and_sources
+    # tokens the untrained model likes, as the end of sentence: two of the three sentences
+    # end at the first step of greedy decoding, one of beam search's settles at the second
+    for search, eos in ((greedy_decode, 35), (beam_search, 7)):
+        kwargs = {"beam_size": 2, "n_best": 2} if search is beam_search else {"n_best": 1}
+        eager = search(model, sources, tokenizer.bos_id, eos, max_len=7, **kwargs)
+        decoding = DecodingGraphs(model)
+        for _ in range(2):
+            assert_same_hypotheses(search(model, sources, tokenizer.bos_id, eos, max_len=7,
+                                          graphs=decoding, **kwargs), eager)
+        counts = decoding.summary()
+        assert counts["captured"] == 1 and counts["replayed"] > 0 and not counts["fallbacks"]
+
+
+def test_the_least_recently_used_shape_gives_back_its_buffers_and_graph(model_and_sources):
+    model, sources, tokenizer = model_and_sources
+    decoding = DecodingGraphs(model, max_shapes=1)
+    greedy_steps(model, tokenizer, sources, decoding)
+    _, counts = greedy_steps(model, tokenizer, sources[:2], decoding)  # 2 rows: a new shape
+    assert counts["shapes"] == 1 and len(decoding.graphs.graphs) == 1
+    assert counts["dropped"] == 1 and counts["captured"] == 2
+    with pytest.raises(ValueError, match="max_shapes must be at least 1"):
+        DecodingGraphs(model, max_shapes=0)
+
+
+def test_a_step_past_the_cache_limit_is_refused(model_and_sources):
+    model, sources, _ = model_and_sources
+    decoding = DecodingGraphs(model)
+    src = Tensor(backend.as_array(sources))
+    mask = model.source_mask(src)
+    memory = model.encode(src, mask)
+    cache = decoding.new_cache(memory, mask, 1, 3)              # 3 steps: 8 positions
+    ids = backend.as_array(np.full((3, 1), 1))
+    for _ in range(8):
+        decoding.decode(ids, memory, mask, cache)
+    with pytest.raises(ValueError, match="decoding step 9 is past the cache's 8 positions"):
+        decoding.decode(ids, memory, mask, cache)
 
 
 def test_a_cached_decoding_step_replays_after_the_weights_change(model_and_sources):
@@ -293,8 +377,8 @@ def test_a_cached_decoding_step_replays_after_the_weights_change(model_and_sourc
     w._bump_version()
     eager = greedy_decode(model, sources, tokenizer.bos_id, tokenizer.eos_id, max_len=7,
                           n_best=1)
-    assert greedy_decode(model, sources, tokenizer.bos_id, tokenizer.eos_id, max_len=7,
-                         n_best=1, graphs=decoding) == eager
+    assert_same_hypotheses(greedy_decode(model, sources, tokenizer.bos_id, tokenizer.eos_id,
+                                         max_len=7, n_best=1, graphs=decoding), eager)
     assert decoding.summary()["replayed"] > 0
 
 
