@@ -57,9 +57,11 @@ class PositionalEncoding(Module):
         ``start`` may also be an integer array of the T positions on x's device (a captured
         decoding step reads its position there: ``translation/graphs.py``, which keeps it
         inside the table)."""
-        if backend.is_array(start):  # (T,) positions
-            rows = self.weight[start] if self.learned else self.table(x.device, x.dtype)[start]
-            return x + rows                                              # (B, T, C)
+        if backend.is_array(start):  # (T,) positions: a gather, as the embedding's
+            if self.learned:
+                return x + self.weight[start]                            # (B, T, C)
+            table = self.table(x.device, x.dtype)
+            return x + backend.get_array_module(table).take(table, start, axis=0)
         T = x.shape[1]
         if start + T > self.max_len:
             raise ValueError(f"a sequence of {start + T} positions (0 to {start + T - 1}) is "
