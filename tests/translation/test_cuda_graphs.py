@@ -340,6 +340,25 @@ def test_sentences_that_finish_keep_the_shape_and_the_others_their_tokens(
         assert counts["captured"] == 1 and counts["replayed"] > 0 and not counts["fallbacks"]
 
 
+@pytest.mark.parametrize("variant", [{"learned_positions": True}, {"pre_norm": True}])
+def test_the_fixed_shape_cache_serves_every_kind_of_model(graph_device, variant):
+    """Learned positions gather their row at the device position; a pre-LN decoder ends in
+    its final norm: both decode with graphs as without."""
+    tokenizer, _ = make_task()
+    backend.manual_seed(2)
+    model = Transformer(TransformerConfig.named("tiny", tokenizer.vocab_size, d_model=16,
+                                                d_ff=32, **variant))
+    sources = np.random.default_rng(3).integers(4, tokenizer.vocab_size, size=(2, 5))
+    eager = greedy_decode(model, sources, tokenizer.bos_id, tokenizer.eos_id, max_len=6,
+                          n_best=1)
+    decoding = DecodingGraphs(model)
+    for _ in range(2):
+        assert_same_hypotheses(greedy_decode(model, sources, tokenizer.bos_id,
+                                             tokenizer.eos_id, max_len=6, n_best=1,
+                                             graphs=decoding), eager)
+    assert decoding.summary()["replayed"] > 0
+
+
 def test_the_least_recently_used_shape_gives_back_its_buffers_and_graph(model_and_sources):
     model, sources, tokenizer = model_and_sources
     decoding = DecodingGraphs(model, max_shapes=1)
