@@ -12,10 +12,13 @@ translated in bounded memory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
+import signal
 import stat
 import sys
+import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -41,22 +44,61 @@ def lines_as_they_come(stream: BinaryIO, prompt: str | None = None,
     fd = stream.fileno()
     pending: list[bytes] = []  # complete lines not yet handed on
     partial = b""              # the start of a line whose newline has not come
-    while True:
-        if not pending and not partial and prompt:
-            sys.stderr.write(prompt)
-            sys.stderr.flush()
-        # wait for input only when there is nothing to hand on; else just look
-        ready, _, _ = select.select([fd], [], [], None if not pending else 0)
-        if not ready or len(pending) >= max_lines:  # the input paused, or enough came
-            yield pending
-            pending = []
-            continue
-        data = os.read(fd, CHUNK)
-        if not data:  # end of input
-            if partial:
-                pending.append(partial)
-            if pending:
+    with _signals_wake_select() as wake:
+        while True:
+            if not pending and not partial and prompt:
+                sys.stderr.write(prompt)
+                sys.stderr.flush()
+            # wait for input only when there is nothing to hand on; else just look
+            ready, _, _ = select.select([fd, *wake], [], [], None if not pending else 0)
+            if wake and wake[0] in ready:  # a signal came (its handler has run): look again
+                _drain(wake[0])
+                continue
+            if not ready or len(pending) >= max_lines:  # the input paused, or enough came
                 yield pending
-            return
-        *complete, partial = (partial + data).split(b"\n")
-        pending += complete
+                pending = []
+                continue
+            data = os.read(fd, CHUNK)
+            if not data:  # end of input
+                if partial:
+                    pending.append(partial)
+                if pending:
+                    yield pending
+                return
+            *complete, partial = (partial + data).split(b"\n")
+            pending += complete
+
+
+@contextlib.contextmanager
+def _signals_wake_select() -> Iterator[list[int]]:
+    """While it lasts, a signal (Ctrl-C) makes the select above return: ``[fd]``, a pipe that
+    Python writes a byte to when a signal arrives (``signal.set_wakeup_fd``), to be selected
+    with the input. Without it, a signal that arrives after the last check for signals and
+    before select starts waiting (after the prompt is written, say) is only acted on once
+    input comes. Only the main thread can set it up; elsewhere ``[]``."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    os.set_blocking(write_end, False)
+    try:
+        previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    except ValueError:  # not the main interpreter
+        os.close(read_end)
+        os.close(write_end)
+        yield []
+        return
+    try:
+        yield [read_end]
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(read_end)
+        os.close(write_end)
+
+
+def _drain(fd: int) -> None:
+    """Read what the signals wrote to the wake-up pipe."""
+    with contextlib.suppress(BlockingIOError):
+        while os.read(fd, 512):
+            pass

@@ -378,6 +378,43 @@ def test_lines_are_handed_on_when_the_input_pauses():
     assert batches[2:] in ([[b"three", b"four"]], [[b"three"], [b"four"]])
 
 
+def test_a_signal_before_the_wait_wakes_it_through_the_wake_up_pipe(monkeypatch):
+    """Ctrl-C at the prompt must end the command even when it comes after the last check for
+    signals and before select starts waiting (a race the pseudo-terminal test above once
+    lost): while the reader waits, a signal's byte in Python's wake-up pipe makes select
+    return. Here the byte is written just before select, as the signal's C handler would
+    write it, with no input on the way: the reader wakes, looks again, then hands on the line
+    that comes, and the process's wake-up fd is as before once the reader ends."""
+    import select as select_module
+    import signal
+
+    read_end, write_end = os.pipe()
+    calls = []
+    real_select = select_module.select
+
+    def select_spy(rlist, wlist, xlist, timeout=None):
+        wake_fd = signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(wake_fd)
+        if not calls:  # the first wait: a signal's byte arrives before select waits
+            os.write(wake_fd, bytes([signal.SIGINT]))
+        ready = real_select(rlist, wlist, xlist, timeout)
+        calls.append((list(rlist), ready[0]))
+        if len(calls) == 1:
+            os.write(write_end, b"one\n")
+            os.close(write_end)
+        return ready
+
+    monkeypatch.setattr("minitransformer.cli.live.select.select", select_spy)
+    before = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(before)
+    with os.fdopen(read_end, "rb") as stream:
+        batches = list(lines_as_they_come(stream, prompt=None))
+    assert batches == [[b"one"]]
+    (first_fds, first_ready), *_ = calls
+    assert len(first_fds) == 2 and first_ready == [first_fds[1]]  # woken by the pipe alone
+    assert signal.set_wakeup_fd(before) == before
+
+
 def test_a_stream_that_keeps_coming_is_handed_on_in_bounded_pieces():
     """A long stream that never pauses is handed on about ``max_lines`` at a time (at most
     one read's worth more), not held until its end: memory stays bounded."""
