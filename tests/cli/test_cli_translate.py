@@ -320,10 +320,13 @@ def test_a_terminal_gets_a_prompt_and_ctrl_c_ends_with_130(checkpoint):
     import signal
 
     controller, terminal = pty.openpty()
+    # SIGINT as a terminal's command gets it: a test run started in the background (`&` in a
+    # script) ignores SIGINT, and a child would inherit that and never see Ctrl-C
     process = subprocess.Popen([sys.executable, "-m", "minitransformer", "translate",
                                 "--checkpoint", str(checkpoint)], stdin=terminal,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+                               env={**os.environ, "OMP_NUM_THREADS": "1"},
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(terminal)
     try:
         assert read_bytes(process.stderr, 2) == b"> "
