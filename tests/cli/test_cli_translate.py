@@ -383,9 +383,9 @@ def test_lines_are_handed_on_when_the_input_pauses():
 
 def test_a_signal_before_the_wait_wakes_it_through_the_wake_up_pipe(monkeypatch):
     """Ctrl-C at the prompt must end the command even when it comes after the last check for
-    signals and before select starts waiting (a race the pseudo-terminal test above once
-    lost): while the reader waits, a signal's byte in Python's wake-up pipe makes select
-    return. Here the byte is written just before select, as the signal's C handler would
+    signals and before select starts waiting (a window of microseconds, too narrow to aim a
+    real signal at): while the reader waits, a signal's byte in Python's wake-up pipe makes
+    select return. Here the byte is written just before select, as the signal's C handler would
     write it, with no input on the way: the reader wakes, looks again, then hands on the line
     that comes, and the process's wake-up fd is as before once the reader ends."""
     import select as select_module
