@@ -19,8 +19,9 @@ after the warm-up and the capture replays the graph:
 Decoding: greedy and beam search with the cache over the same batches, --decode-repeats
 times: eagerly (graphs=None); with a DecodingGraphs made for each run, as `translate
 --cuda-graphs` meets text it has not seen (each batch shape is captured at its second step
-and replayed by the rest); and with one DecodingGraphs kept across the runs. The tokens must
-be the eager ones.
+and replayed by the rest); with one DecodingGraphs kept across the runs; and by CUDA PyTorch
+eager (bench/torch_model.py's port of the same search, the same weights). The tokens must be
+the eager ones.
 
 Every time is the median of the timed steps after two untimed ones; the JSON keeps them all.
 Without a GPU the script says so and exits 1.
@@ -41,8 +42,10 @@ import torch
 from compare_torch import (
     build_pair,
     cuda_usable,
+    decode_batch,
     decoding_sources,
     make_steps,
+    model_pair,
     padded_batches,
     random_batch,
     timed,
@@ -122,9 +125,15 @@ def time_training(config: TransformerConfig, args) -> list[dict]:
 def time_decoding(args) -> dict:
     model, sources, what = decoding_sources(args)
     batches = padded_batches(sources, args.decode_batch)
+    theirs = model_pair(model, "cuda")["torch"].eval()  # the same weights, bench/torch_model.py
+    torch_args = SimpleNamespace(device="cuda", beam=args.beam, alpha=0.6)
     result = {"inputs": what, "batch_size": args.decode_batch, "cases": {}}
     for algorithm in ("greedy", "beam"):
         kept = DecodingGraphs(model, max_shapes=args.decode_shapes)
+
+        def run_torch(algorithm=algorithm):
+            return [hyp for src in batches
+                    for hyp in decode_batch("torch", theirs, src, algorithm, True, torch_args)]
 
         def run(with_graphs, algorithm=algorithm):
             out = []
@@ -138,10 +147,12 @@ def time_decoding(args) -> dict:
             return out
 
         reference = run(None)
-        seconds = {"eager": [], "graphs, new": [], "graphs, kept": []}
+        torch_tokens = run_torch()
+        seconds = {"eager": [], "graphs, new": [], "graphs, kept": [], "torch eager": []}
         same = True
         for _ in range(args.decode_repeats):
             seconds["eager"].append(timed(lambda: run(None), "cuda"))
+            seconds["torch eager"].append(timed(run_torch, "cuda"))
             # new: a DecodingGraphs made for the run, as `translate --cuda-graphs` on text it
             # has not seen (each batch shape captured at its second step); kept: one kept
             # across the runs, whose shapes were captured by the first
@@ -154,6 +165,8 @@ def time_decoding(args) -> dict:
                 same = same and found == reference
         result["cases"][algorithm] = {
             "seconds": seconds, "same_tokens": same, "graphs": kept.summary(),
+            "same_tokens_as_torch": sum(a == b for a, b in zip(reference, torch_tokens,
+                                                                strict=True)) / len(reference),
             # the first run of each compiles kernels (and captures, for "kept")
             "median_s": {k: statistics.median(v[1:] or v) for k, v in seconds.items()}}
         m = result["cases"][algorithm]["median_s"]
@@ -175,13 +188,17 @@ def report(results: dict) -> str:
         lines.append(f"| {row['length']} | {row['batch']} | " + " | ".join(cells) + " |")
     if "decoding" in results:
         lines += ["", "Decoding with the cache, median seconds over all batches (graphs, new: "
-                  "a DecodingGraphs made for the run; kept: one kept across the runs):", "",
-                  "| search | eager | graphs, new | graphs, kept | same tokens |",
-                  "|---|---|---|---|---|"]
+                  "a DecodingGraphs made for the run; kept: one kept across the runs; CUDA "
+                  "PyTorch eager: bench/torch_model.py's port of the same search):", "",
+                  "| search | eager | graphs, new | graphs, kept | CUDA PyTorch eager | "
+                  "graphs, new against PyTorch | same tokens as eager | same as PyTorch |",
+                  "|---|---|---|---|---|---|---|---|"]
         for name, case in results["decoding"]["cases"].items():
             m = case["median_s"]
             lines.append(f"| {name} | {m['eager']:.3f} | {m['graphs, new']:.3f} | "
-                         f"{m['graphs, kept']:.3f} | {case['same_tokens']} |")
+                         f"{m['graphs, kept']:.3f} | {m['torch eager']:.3f} | "
+                         f"{m['torch eager'] / m['graphs, new']:.2f}× | "
+                         f"{case['same_tokens']} | {case['same_tokens_as_torch']:.1%} |")
     return "\n".join(lines) + "\n"
 
 
