@@ -31,13 +31,15 @@ whole, the positions not yet written masked; the cross-attention keys and values
 from the memory by the first step, which runs eagerly; the newest ids and the source mask,
 copied in by the host. When sentences leave the batch (greedy decoding drops finished ones,
 beam search settled ones) their rows stay in the buffers and the search reads the first
-rows, so the shape holds. N is the batch's sentences × beams (beam search decodes all K
-rows of a sentence from the first step), the source width and P (the batch's limit) are
-rounded up to a multiple of 8: a later batch of that shape replays the same graph from its
-second step. The stacked projection weights live in buffers of ``DecodingGraphs``,
-refilled in place when the weights change. Attending over all P positions, the unwritten
-ones masked, a step's sums run over more (zero) terms than the eager step's: the scores
-agree to rounding, and so the tokens, but where two candidates tie to rounding.
+rows, so the shape holds. The batch's sentences B, its source width and P (its limit) are
+rounded up to a multiple of 8 (rows past B have no source, and are never read), with
+N = B × beams (beam search decodes all K rows of a sentence from the first step): a later
+batch of that shape replays the same graph from its second step. The stacked projection
+weights live in buffers of ``DecodingGraphs``, refilled in place when the weights change;
+parameters replaced (``load_state_dict``) drop every graph and buffer. Attending over all P
+positions, the unwritten ones masked, a step's sums run over more (zero) terms than the
+eager step's: the scores agree to rounding, and so the tokens, but where two candidates tie
+to rounding.
 
 Shapes must repeat for graphs to pay. A training run's batches are the same every epoch, so
 their shapes come back, and the batch graphs of the first ``max_graphs`` shapes are kept for
@@ -188,6 +190,12 @@ class DecodingGraphs:
         self.states: OrderedDict[tuple, _DecodingState] = OrderedDict()
         self._stacked: list[tuple[Tensor, Tensor]] | None = None
         self._versions: tuple[int, ...] = ()
+        self._arrays = self._identities()
+
+    def _identities(self) -> tuple[int, ...]:
+        """The parameters' arrays, which the graphs read: replaced ones (load_state_dict,
+        ``to``) mean the graphs would read arrays nobody uses any more, or freed memory."""
+        return tuple(id(p.data) for p in self.model.parameters())
 
     def stacked_weights(self) -> list[tuple[Tensor, Tensor]]:
         """Each decoder layer's stacked self-attention projection (W, b), in buffers of this
@@ -211,19 +219,24 @@ class DecodingGraphs:
         """A cache for decoding the sentences of ``memory`` (B, S, C) with ``src_mask``
         (B, 1, 1, S), ``beams`` query rows a sentence (1 for greedy decoding, K for beam
         search, whose first step then decodes all K rows of each sentence), for at most
-        ``limit`` positions: in the buffers of its shape (B, source width and limit rounded
-        up to a multiple of ``ROUND``), which every batch of that shape shares."""
+        ``limit`` positions: in the buffers of its shape (B, the source width and the limit
+        rounded up to a multiple of ``ROUND``), which every batch of that shape shares."""
+        if self._identities() != self._arrays:  # the parameters were replaced: start afresh
+            self.graphs.clear()
+            self.states.clear()
+            self._stacked, self._arrays = None, self._identities()
         B, S, C = memory.shape
         positions = self.model.tgt_positions.max_len
         capacity = min(_round_up(max(limit, 1)), positions)
-        key = (B * beams, B, _round_up(S), capacity, str(memory.dtype))
+        rows = _round_up(B)  # the rows past B: no source (masked), never read
+        key = (rows * beams, rows, _round_up(S), capacity, str(memory.dtype))
         state = self.states.get(key)
         if state is None:
-            state = _DecodingState(self.model, *key[:4], memory.dtype)
-            self.states[key] = state
-            while len(self.states) > self.max_shapes:
+            while len(self.states) >= self.max_shapes:  # room first: at most max_shapes live
                 dropped, _ = self.states.popitem(last=False)
                 self.graphs.drop(dropped)  # its graph writes the buffers about to be freed
+            state = _DecodingState(self.model, *key[:4], memory.dtype)
+            self.states[key] = state
         self.states.move_to_end(key)
         state.start(memory.data, src_mask)
         return StaticCache(state, key, self.stacked_weights())
@@ -282,12 +295,17 @@ class _DecodingState:
                          for _ in range(config.n_layers)]              # (B, H, S, D) each
 
     def start(self, memory: Any, src_mask: Any) -> None:
-        """A new batch: its memory and mask, padded to the state's source width (masked)."""
+        """A new batch: its memory and mask, padded to the state's rows and source width
+        (masked); the self-attention keys and values zeroed, so that nothing an earlier
+        batch left (an overflow's inf, say) meets a weight of 0 as 0 · inf = nan."""
         B, S = memory.shape[:2]
         self.memory[...] = 0
         self.memory[:B, :S] = memory
         self.mask[...] = False
         self.set_mask(src_mask)
+        for k, v in self.self_kv:
+            k[...] = 0
+            v[...] = 0
 
     def set_mask(self, src_mask: Any) -> None:
         """The source mask of the sentences still decoding, in the first rows."""
@@ -320,11 +338,12 @@ class StaticCache:
                                                          stacked, strict=True)]
 
     def reorder(self, index: Any, cross_index: Any = SAME) -> None:
-        """Rows ``index`` of the self-attention buffers (and ``cross_index`` of the
-        cross-attention ones: the same by default, None for none) into their first rows."""
+        """Rows ``index`` of the self-attention buffers (their positions written so far) and
+        ``cross_index`` of the cross-attention ones (the same by default, None for none)
+        into their first rows."""
         cross_index = index if cross_index is SAME else cross_index
         for self_slots, cross_slots in self.layers:
-            self_slots.reorder(index)
+            self_slots.reorder(index, self.length)
             if cross_index is not None:
                 cross_slots.reorder(cross_index)
 
@@ -344,10 +363,12 @@ class _SelfSlots:
         xp.copyto(self.v_buf, v.data, where=self.cache.write)
         return Tensor(self.k_buf), Tensor(self.v_buf), self.cache.seen
 
-    def reorder(self, index: Any) -> None:
+    def reorder(self, index: Any, length: int) -> None:
+        """Rows ``index`` into the first rows, for the ``length`` positions written (the
+        others are masked, and written before they are read)."""
         n = index.shape[0]
-        self.k_buf[:n] = self.k_buf[index]
-        self.v_buf[:n] = self.v_buf[index]
+        self.k_buf[:n, :, :length] = self.k_buf[index, :, :length]
+        self.v_buf[:n, :, :length] = self.v_buf[index, :, :length]
 
 
 class _CrossSlots:

@@ -304,19 +304,19 @@ def greedy_steps(model, tokenizer, sources, graphs, max_len=7):
 
 def test_one_graph_serves_every_step_of_a_batch_and_every_batch_of_its_shape(
         model_and_sources):
-    """The cache has fixed shapes (rows, source width and limit rounded up to 8), so every
-    step after the first (which fills the cross-attention keys and values) is one shape:
-    seen once eagerly, captured, then replayed, also by a later batch of other lengths
-    that rounds to the same shape."""
+    """The cache has fixed shapes (sentences, source width and limit rounded up to 8), so
+    every step after the first (which fills the cross-attention keys and values) is one
+    shape: seen once eagerly, captured, then replayed, also by a later batch of other sizes
+    that round to the same shape."""
     model, sources, tokenizer = model_and_sources
     decoding = DecodingGraphs(model)
     _, counts = greedy_steps(model, tokenizer, sources, decoding)  # untrained: all 7 steps
     assert (counts["eager"], counts["captured"], counts["replayed"]) == (1, 1, 4)
     assert counts["shapes"] == 1
-    shorter = sources[:, :5].copy()                                 # width 5: rounds to 8
-    eager = greedy_decode(model, shorter, tokenizer.bos_id, tokenizer.eos_id, max_len=7,
+    other = sources[:2, :5].copy()  # 2 sentences of width 5: rounded up, the same shape
+    eager = greedy_decode(model, other, tokenizer.bos_id, tokenizer.eos_id, max_len=7,
                           n_best=1)
-    got, counts = greedy_steps(model, tokenizer, shorter, decoding)
+    got, counts = greedy_steps(model, tokenizer, other, decoding)
     assert_same_hypotheses(got, eager)
     assert (counts["eager"], counts["captured"], counts["replayed"]) == (1, 1, 10)
     assert counts["shapes"] == 1
@@ -363,11 +363,43 @@ def test_the_least_recently_used_shape_gives_back_its_buffers_and_graph(model_an
     model, sources, tokenizer = model_and_sources
     decoding = DecodingGraphs(model, max_shapes=1)
     greedy_steps(model, tokenizer, sources, decoding)
-    _, counts = greedy_steps(model, tokenizer, sources[:2], decoding)  # 2 rows: a new shape
+    _, counts = greedy_steps(model, tokenizer, sources, decoding, max_len=12)  # a new limit
     assert counts["shapes"] == 1 and len(decoding.graphs.graphs) == 1
     assert counts["dropped"] == 1 and counts["captured"] == 2
     with pytest.raises(ValueError, match="max_shapes must be at least 1"):
         DecodingGraphs(model, max_shapes=0)
+
+
+def test_what_an_earlier_batch_left_in_the_buffers_is_not_read(model_and_sources):
+    """Positions not yet written are masked, but a weight of 0 times an earlier batch's inf
+    would be nan: a new batch starts from zeroed keys and values."""
+    model, sources, tokenizer = model_and_sources
+    decoding = DecodingGraphs(model)
+    eager = greedy_decode(model, sources, tokenizer.bos_id, tokenizer.eos_id, max_len=7,
+                          n_best=1)
+    greedy_steps(model, tokenizer, sources, decoding)
+    for state in decoding.states.values():  # as if the last batch had overflowed
+        for k, v in state.self_kv:
+            k[...] = np.inf
+            v[...] = np.inf
+    got, _ = greedy_steps(model, tokenizer, sources, decoding)
+    assert_same_hypotheses(got, eager)
+
+
+def test_parameters_replaced_by_load_state_dict_start_the_graphs_afresh(model_and_sources):
+    """The graphs read the parameters' arrays: arrays replaced (not updated in place, as
+    load_state_dict does) drop every graph and buffer, and the next decoding reads the new
+    weights."""
+    model, sources, tokenizer = model_and_sources
+    decoding = DecodingGraphs(model)
+    greedy_steps(model, tokenizer, sources, decoding)
+    state = {name: backend.to_numpy(p.data) * 1.5 for name, p in model.named_parameters()}
+    model.load_state_dict(state)
+    eager = greedy_decode(model, sources, tokenizer.bos_id, tokenizer.eos_id, max_len=7,
+                          n_best=1)
+    got, counts = greedy_steps(model, tokenizer, sources, decoding)
+    assert_same_hypotheses(got, eager)
+    assert counts["dropped"] == 1 and counts["captured"] == 2
 
 
 def test_a_step_past_the_cache_limit_is_refused(model_and_sources):
