@@ -22,31 +22,33 @@ version counts, and dropout's random numbers, drawn before each replay from the 
 the Trainer seeds per batch: a step replayed computes what the eager step computes, bit for
 bit (tests/translation/test_cuda_graphs.py proves it on the strict device).
 
-Decoding: every step of greedy or beam search with the key/value cache is one graph per
-batch shape. The eager cache grows by a position a step, so each step would be a new shape;
-``DecodingGraphs.new_cache`` gives a cache of fixed shapes instead, whose buffers the graph
-reads and writes: each layer's self-attention keys and values (N, H, P, D) for P positions,
-written at the step's position (a device array the host sets before each launch) and read
-whole, the positions not yet written masked; the cross-attention keys and values, computed
-from the memory by the first step, which runs eagerly; the newest ids and the source mask,
-copied in by the host. When sentences leave the batch (greedy decoding drops finished ones,
-beam search settled ones) their rows stay in the buffers and the search reads the first
-rows, so the shape holds. The batch's sentences B, its source width and P (its limit) are
-rounded up to a multiple of 8 (rows past B have no source, and are never read), with
-N = B × beams (beam search decodes all K rows of a sentence from the first step): a later
-batch of that shape replays the same graph from its second step. The stacked projection
-weights live in buffers of ``DecodingGraphs``, refilled in place when the weights change;
-parameters replaced (``load_state_dict``) drop every graph and buffer. Attending over all P
-positions, the unwritten ones masked, a step's sums run over more (zero) terms than the
-eager step's: the scores agree to rounding, and so the tokens, but where two candidates tie
-to rounding.
+Decoding: every step of greedy or beam search with the key/value cache after the first is
+one graph per batch shape. The eager cache grows by a position a step, so each step would be
+a new shape; ``DecodingGraphs.new_cache`` gives a cache of fixed shapes instead, whose
+buffers the graph reads and writes: each layer's self-attention keys and values (N, H, P, D)
+for P positions, written at the step's position (a device array the host sets before each
+launch) and read whole, the positions not yet written masked; the cross-attention keys and
+values, computed from the memory by the first step, which runs eagerly; the newest ids and
+the source mask, copied in by the host. When sentences leave the batch (greedy decoding drops
+finished ones, beam search settled ones) their rows stay in the buffers and the search reads
+the first rows, so the shape holds. The batch's sentences B and its source width are rounded
+up to a multiple of 8 (rows past B have no source, and are never read), and so is P, the
+batch's limit (at most the positional table's size); N = B × beams (with graphs, beam search
+decodes all K rows of a sentence from the first step). For a shape's first batch, step 1
+runs eagerly, step 2 eagerly as a warm-up, step 3 is captured and the later steps replay; a
+later batch of that shape replays from its step 2. ``DecodingGraphs`` keeps, by default
+(``max_shapes=2``), the two most recently used shapes. The stacked projection weights live
+in buffers of ``DecodingGraphs``, refilled in place when the weights change; parameters
+replaced (``load_state_dict``) drop every graph and buffer. Attending over all P positions,
+the unwritten ones masked, a step's sums run over more (zero) terms than the eager step's:
+the scores agree to rounding, and so do the tokens, except where two candidates' scores are
+equal to within rounding.
 
 Shapes must repeat for graphs to pay. A training run's batches are the same every epoch, so
 their shapes come back, and the batch graphs of the first ``max_graphs`` shapes are kept for
 the whole run; with ``TrainConfig(shape_multiple=m)`` (``train --shape-multiple``) the
 batches have one shape per width, a multiple of m, so that every step replays (Multi30k at
-4,000 tokens: 119 shapes otherwise). Decoding keeps the buffers and graph of its
-``max_shapes`` most recently used shapes.
+4,000 tokens: 119 shapes otherwise).
 """
 
 from __future__ import annotations
