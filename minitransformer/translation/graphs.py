@@ -281,11 +281,10 @@ class _DecodingState:
     reads and writes only these, so any batch of this shape replays it."""
 
     def __init__(self, model: Any, N: int, B: int, S: int, P: int, dtype: Any):
-        self.model, self.N, self.B, self.S, self.capacity = model, N, B, S, P
+        self.model, self.capacity = model, P
         config = model.config
         H, D = config.n_heads, config.d_model // config.n_heads
         xp = backend.get_backend(model.src_embed.weight.device).xp
-        self.xp = xp
         self.ids = xp.zeros((N, 1), dtype=xp.int64)                    # (N, 1) newest ids
         self.memory = xp.zeros((B, S, config.d_model), dtype=dtype)    # (B, S, C)
         self.mask = xp.zeros((B, 1, 1, S), dtype=bool)                 # (B, 1, 1, S)
