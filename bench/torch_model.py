@@ -44,6 +44,12 @@ class KVCache:
         if self.k is not None:
             self.k, self.v = self.k[index], self.v[index]
 
+    def move_rows(self, sources: torch.Tensor, targets: torch.Tensor, n: int) -> None:
+        if self.k is not None:
+            for tensor in (self.k, self.v):
+                tensor[targets] = tensor[sources]
+            self.k, self.v = self.k[:n], self.v[:n]
+
 
 class DecoderCache:
     """Per decoder layer a (self-attention, cross-attention) pair of caches."""
@@ -59,6 +65,11 @@ class DecoderCache:
             self_cache.reorder(index)
             if cross_index is not None:
                 cross_cache.reorder(cross_index)
+
+    def move_rows(self, sources: torch.Tensor, targets: torch.Tensor, n: int) -> None:
+        for self_cache, cross_cache in self.layers:
+            self_cache.move_rows(sources, targets, n)
+            cross_cache.move_rows(sources, targets, n)
 
 
 class MultiHeadAttention(nn.Module):
@@ -318,12 +329,15 @@ def greedy_decode(model, src, bos_id, eos_id, max_len=None, use_cache=True):
             if n_going == 0:
                 break
             prefix = torch.cat([prefix, tokens[:, None]], dim=1)
-            if n_going < going.shape[0]:  # finished sentences leave the batch
-                keep = going.nonzero()[:, 0]
-                active, prefix = active[keep], prefix[keep]
-                memory, src_mask = memory[keep], src_mask[keep]
+            if n_going < going.shape[0]:  # finished sentences leave the batch (decode.py)
+                targets = (~going[:n_going]).nonzero()[:, 0]
+                sources = going[n_going:].nonzero()[:, 0] + n_going
+                for rows in (active, prefix, memory, src_mask):
+                    rows[targets] = rows[sources]
+                active, prefix = active[:n_going], prefix[:n_going]
+                memory, src_mask = memory[:n_going], src_mask[:n_going]
                 if cache is not None:
-                    cache.reorder(keep, keep)
+                    cache.move_rows(sources, targets, n_going)
     return _strip(out.tolist(), eos_id)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..autograd.function import Function
-from . import _compiled, _products, _workspace
+from . import _compiled, _layout, _products, _workspace
 from ._blocks import for_blocks
 from ._broadcast import broadcast_shapes, match_float_dtypes, sum_to
 from ._reduce import sum_rows
@@ -101,9 +101,9 @@ class Linear(Function):
         self.x_shape, self.has_bias = x.shape, bias is not None
         # 1. flatten the leading axes: one (N, C_in) @ (C_in, C_out) product
         x2 = x.reshape(-1, C_in)                                        # (N, C_in)
-        # 2. y = x Wᵀ
+        # 2. y = x Wᵀ (while decoding, Wᵀ may be a kept contiguous copy: _layout.py)
         y2 = _workspace.empty((x2.shape[0], C_out), x.dtype, xp)        # (N, C_out)
-        _products.matmul(x2, weight.T, out=y2)
+        _products.matmul(x2, _layout.transposed(weight, x2.shape[0]), out=y2)
         # 3. y = y + b (and 4. y = max(0, y) in LinearReLU), in place: y2 is the product's
         # new array; on blocks of rows on worker threads
         if bias is not None or self.relu:

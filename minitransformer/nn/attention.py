@@ -19,6 +19,7 @@ from .. import backend
 from .. import functional as F
 from ..autograd.grad_mode import is_grad_enabled
 from ..autograd.tensor import Tensor
+from ..functional._layout import laid_out
 from .layers import Linear, check_sizes
 from .module import Module
 
@@ -54,6 +55,16 @@ class KVCache:
         if self.k is not None:
             self.k, self.v = self.k[index], self.v[index]
 
+    def move_rows(self, sources: Any, targets: Any, n: int) -> None:
+        """Rows ``sources`` copied onto rows ``targets``, then the first ``n`` rows kept (a
+        view): ``reorder`` for an index that leaves all but a few rows where they are, copying
+        only those few. The cache owns its arrays (each step's are new), so this writes in
+        place; sources at or beyond n, targets below it."""
+        if self.k is not None:
+            for array in (self.k.data, self.v.data):
+                array[targets] = array[sources]
+            self.k, self.v = self.k[:n], self.v[:n]
+
 
 class MultiHeadAttention(Module):
     def __init__(self, d_model: int, n_heads: int):
@@ -88,6 +99,8 @@ class MultiHeadAttention(Module):
             weight = F.concat([layer.weight for layer in layers], axis=0)  # (n·C, C)
             bias = F.concat([layer.bias for layer in layers], axis=0)      # (n·C,)
             if cache is not None and not is_grad_enabled():
+                # stored for the few rows of a decoding step's product (functional/_layout.py)
+                weight = Tensor(laid_out(weight.data))                     # (n·C, C)
                 cache.stacked = weight, bias
         projected = F.linear(x, weight, bias)                          # (B, L, n·C)
         return [self._split_heads(part) for part in F.split(projected, len(layers), axis=-1)]

@@ -49,6 +49,14 @@ class DecoderCache:
             if cross_index is not None:
                 cross_cache.reorder(cross_index)
 
+    def move_rows(self, sources: Any, targets: Any, n: int) -> None:
+        """Keep n batch rows of every cache, rows ``sources`` (at or beyond n) moved onto rows
+        ``targets`` (below n) first: greedy decoding drops its finished sentences so, copying
+        only the rows that move (``KVCache.move_rows``)."""
+        for self_cache, cross_cache in self.layers:
+            self_cache.move_rows(sources, targets, n)
+            cross_cache.move_rows(sources, targets, n)
+
 
 class DecoderLayer(Module):
     def __init__(self, d_model: int, n_heads: int, d_ff: int, p_dropout: float = 0.1,

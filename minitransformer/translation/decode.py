@@ -44,6 +44,7 @@ from ..autograd.tensor import Tensor
 from ..functional import _blocks
 from ..functional._blocks import for_blocks, on_workers
 from ..functional._cuda import is_cupy
+from ..functional._layout import frozen_weights
 from ..nn.transformer import Transformer
 
 MIN_SHARE = 8  # sentences: a batch of fewer than 2·MIN_SHARE is decoded on one core
@@ -62,12 +63,13 @@ class Hypothesis:
 
 @contextlib.contextmanager
 def _generating(model: Transformer) -> Iterator[None]:
-    """Eval mode (no dropout) and no graph while generating; every module's own mode is
-    restored afterwards (a model may be training with some parts frozen in eval mode)."""
+    """Eval mode (no dropout), no graph and frozen weights (their small products read kept
+    copies laid out for them, ``functional/_layout.py``) while generating; every module's own
+    mode is restored afterwards (a model may be training with some parts frozen in eval mode)."""
     modes = [(module, module.training) for module in model.modules()]
     model.eval()
     try:
-        with no_grad():
+        with no_grad(), frozen_weights():
             yield
     finally:
         for module, training in modes:
@@ -242,17 +244,30 @@ def _greedy(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_id: i
         if n_going == 0:
             break
         prefix = xp.concatenate([prefix, tokens[:, None]], axis=1)       # (A, t+2)
-        if n_going < going.shape[0]:  # finished sentences leave the batch
-            keep = xp.nonzero(going)[0]                                  # (A',)
-            active, prefix = active[keep], prefix[keep]
-            memory, src_mask = memory[keep], src_mask[keep]
+        if n_going < going.shape[0]:  # finished sentences leave the batch: the last rows
+            # still going move into the finished rows before them, and the first A' rows
+            # stay (views), so only the rows that move are copied, in the cache too
+            sources, targets = _fill_from_end(going, n_going, xp)
+            for rows in (active, prefix, memory.data, src_mask):
+                rows[targets] = rows[sources]
+            active, prefix = active[:n_going], prefix[:n_going]          # (A',), (A', t+2)
+            memory, src_mask = Tensor(memory.data[:n_going]), src_mask[:n_going]
             if cache is not None:
-                cache.reorder(keep)
+                cache.move_rows(sources, targets, n_going)
     rows = backend.to_numpy(out).tolist()
     if not with_log_probs:
         return _strip(rows, eos_id)                                      # (B, ≤ limit)
     log_probs = backend.to_numpy(out_log_probs).tolist()
     return [(row, lps) for row, lps in zip(rows, log_probs, strict=True)]
+
+
+def _fill_from_end(going: Any, n: int, xp: Any) -> tuple[Any, Any]:
+    """(sources, targets): the rows at or beyond ``n`` still ``going`` (A,), and the rows
+    below n that are not, as many of each; moving sources onto targets leaves the n rows
+    going first."""
+    targets = xp.nonzero(~going[:n])[0]
+    sources = xp.nonzero(going[n:])[0] + n
+    return sources, targets
 
 
 def _greedy_hypothesis(row: list[int], log_probs: list[float], eos_id: int, limit: int,

@@ -326,7 +326,8 @@ class StaticCache:
     """A ``DecoderCache`` of fixed shapes (``DecodingGraphs.new_cache``): each layer's
     self-attention keys and values are written at the position in the device array
     ``position`` and read whole, their unwritten positions masked; the cross-attention keys
-    and values are computed once, into buffers. ``reorder`` moves rows within the buffers."""
+    and values are computed once, into buffers. ``reorder`` and ``move_rows`` move rows within
+    the buffers."""
 
     def __init__(self, state: _DecodingState, key: tuple, stacked: list) -> None:
         self.state, self.key = state, key
@@ -347,6 +348,15 @@ class StaticCache:
             self_slots.reorder(index, self.length)
             if cross_index is not None:
                 cross_slots.reorder(cross_index)
+
+    def move_rows(self, sources: Any, targets: Any, n: int) -> None:
+        """Rows ``sources`` of every buffer onto rows ``targets`` (the self-attention ones for
+        the positions written so far): the first n rows are then the batch's."""
+        for self_slots, cross_slots in self.layers:
+            for buffer in (self_slots.k_buf, self_slots.v_buf):
+                buffer[targets, :, :self.length] = buffer[sources, :, :self.length]
+            for buffer in (cross_slots.k_buf, cross_slots.v_buf):
+                buffer[targets] = buffer[sources]
 
 
 class _SelfSlots:

@@ -36,6 +36,7 @@ from typing import Any
 
 from .. import backend
 from ..data.tokenizer import Tokenizer
+from ..functional._layout import frozen_weights
 from ..threads import get_num_threads
 from . import memory
 from .alignment import check_layer, cross_attention, hard_alignment, pharaoh, to_words
@@ -126,15 +127,18 @@ def translate(model: Any, tokenizer: Any, sentences: list[str], beam_size: int =
     ``DecodingGraphs`` of the model) replays the decoding steps as CUDA graphs."""
     _check_beam(model, beam_size)
     outputs = [""] * len(sentences)
-    for rows, src in _batches(model, tokenizer, sentences, batch_size, beam_size=beam_size):
-        # each sentence's limit is its own length + 50, whatever its batch (decode.py)
-        if beam_size == 1:
-            ids = greedy_decode(model, src, tokenizer.bos_id, tokenizer.eos_id, graphs=graphs)
-        else:
-            ids = beam_search(model, src, tokenizer.bos_id, tokenizer.eos_id, beam_size,
-                              length_penalty, graphs=graphs)
-        for i, out in zip(rows, ids, strict=True):
-            outputs[i] = tokenizer.decode(out)
+    with frozen_weights():  # weights laid out for decoding once for all batches (decode.py)
+        for rows, src in _batches(model, tokenizer, sentences, batch_size,
+                                  beam_size=beam_size):
+            # each sentence's limit is its own length + 50, whatever its batch (decode.py)
+            if beam_size == 1:
+                ids = greedy_decode(model, src, tokenizer.bos_id, tokenizer.eos_id,
+                                    graphs=graphs)
+            else:
+                ids = beam_search(model, src, tokenizer.bos_id, tokenizer.eos_id, beam_size,
+                                  length_penalty, graphs=graphs)
+            for i, out in zip(rows, ids, strict=True):
+                outputs[i] = tokenizer.decode(out)
     return outputs
 
 
@@ -161,24 +165,25 @@ def translate_n_best(model: Any, tokenizer: Any, sentences: list[str], beam_size
     weights: list[list[Any]] = [[] for _ in sentences]
     encoded: list[list[int]] = [[] for _ in sentences]
     aligned = n_best if alignment_layer is not None else 0
-    for rows, src in _batches(model, tokenizer, sentences, batch_size, encoded, beam_size,
-                              aligned):
-        if beam_size == 1:
-            lists = greedy_decode(model, src, tokenizer.bos_id, eos, n_best=1,
-                                  length_penalty=length_penalty, graphs=graphs)
-        else:
-            lists = beam_search(model, src, tokenizer.bos_id, eos, beam_size,
-                                length_penalty, n_best=n_best, graphs=graphs)
-        for i, hyps in zip(rows, lists, strict=True):
-            found[i] = hyps
-        if alignment_layer is not None:  # one teacher-forced pass for the batch's hypotheses
-            pairs = [(i, [*h.tokens, eos] if h.finished else h.tokens)
-                     for i in rows for h in found[i]]
-            every = cross_attention(model, [encoded[i] for i, _ in pairs],
-                                    [out for _, out in pairs], tokenizer.bos_id,
-                                    alignment_layer)
-            for (i, _), w in zip(pairs, every, strict=True):
-                weights[i].append(w)
+    with frozen_weights():  # as in translate
+        for rows, src in _batches(model, tokenizer, sentences, batch_size, encoded, beam_size,
+                                  aligned):
+            if beam_size == 1:
+                lists = greedy_decode(model, src, tokenizer.bos_id, eos, n_best=1,
+                                      length_penalty=length_penalty, graphs=graphs)
+            else:
+                lists = beam_search(model, src, tokenizer.bos_id, eos, beam_size,
+                                    length_penalty, n_best=n_best, graphs=graphs)
+            for i, hyps in zip(rows, lists, strict=True):
+                found[i] = hyps
+            if alignment_layer is not None:  # one teacher-forced pass for the batch's hypotheses
+                pairs = [(i, [*h.tokens, eos] if h.finished else h.tokens)
+                         for i in rows for h in found[i]]
+                every = cross_attention(model, [encoded[i] for i, _ in pairs],
+                                        [out for _, out in pairs], tokenizer.bos_id,
+                                        alignment_layer)
+                for (i, _), w in zip(pairs, every, strict=True):
+                    weights[i].append(w)
     return [_translation(tokenizer, *args)
             for args in zip(sentences, encoded, found, weights, strict=True)]
 

@@ -201,6 +201,35 @@ def test_cache_reorder_follows_a_permutation_of_the_batch(device):
     assert_allclose(rest, expected[:, 3:], atol=ATOL, rtol=0)
 
 
+def test_cache_move_rows_keeps_the_rows_going_as_reorder_would(device):
+    """Greedy decoding drops finished sentences with move_rows: rows 3 and 4 (still going)
+    onto rows 0 and 2 (finished), then the first three rows, the same cache as reorder with
+    the index [3, 1, 4], whose last positions decode as the full decode of those sentences."""
+    model = small_model()
+    src = ids([[5, 3, 7, 2, 9], [4, 8, 1, 0, 0], [6, 6, 2, 11, 0], [7, 2, 2, 0, 0],
+               [9, 4, 8, 5, 3]])
+    tgt = ids([[1, 4, 6, 2, 7], [1, 9, 5, 11, 2], [1, 3, 3, 12, 8], [1, 5, 7, 9, 4],
+               [1, 8, 8, 6, 3]])
+    keep = np.array([3, 1, 4])
+    src_mask = model.source_mask(src)
+    memory = model.encode(src, src_mask)
+    xp = mt.backend.get_array_module(memory.data)  # the cache's rows are indexed on its device
+    sources, targets = xp.asarray([3, 4]), xp.asarray([0, 2])
+    moved, reordered = model.new_cache(), model.new_cache()
+    for cache in (moved, reordered):
+        model.decode(tgt[:, :3], memory, src_mask, cache)
+    moved.move_rows(sources, targets, 3)
+    reordered.reorder(keep)
+    for (self_m, cross_m), (self_r, cross_r) in zip(moved.layers, reordered.layers):
+        for m, r in ((self_m, self_r), (cross_m, cross_r)):
+            assert_allclose(m.k.numpy(), r.k.numpy(), rtol=0, atol=0)
+            assert_allclose(m.v.numpy(), r.v.numpy(), rtol=0, atol=0)
+    memory, src_mask = memory[keep], model.source_mask(src[keep])
+    rest = model.decode(tgt[keep, 3:], memory, src_mask, moved).numpy()
+    expected, _, _ = full_and_memory(model, src[keep], tgt[keep])
+    assert_allclose(rest, expected[:, 3:], atol=ATOL, rtol=0)
+
+
 @pytest.mark.parametrize("mask_rows", ["per sentence", "per query row"])
 def test_cached_cross_attention_rows_can_serve_several_query_rows(device, mask_rows):
     """Beam search keeps one cross-attention row per sentence for its g beams: attention of
