@@ -220,7 +220,8 @@ def test_cache_move_rows_keeps_the_rows_going_as_reorder_would(device):
         model.decode(tgt[:, :3], memory, src_mask, cache)
     moved.move_rows(sources, targets, 3)
     reordered.reorder(keep)
-    for (self_m, cross_m), (self_r, cross_r) in zip(moved.layers, reordered.layers):
+    for (self_m, cross_m), (self_r, cross_r) in zip(moved.layers, reordered.layers,
+                                                    strict=True):
         for m, r in ((self_m, self_r), (cross_m, cross_r)):
             assert_allclose(m.k.numpy(), r.k.numpy(), rtol=0, atol=0)
             assert_allclose(m.v.numpy(), r.v.numpy(), rtol=0, atol=0)
