@@ -32,38 +32,67 @@ class KVCache:
     belongs to one decoding, during which the weights do not change: without gradients it also
     keeps the stacked projection weights (``MultiHeadAttention._project``), so that the steps
     do not stack them again.
+
+    Without gradients, a self-attention cache keeps its keys and values in buffers with room
+    for ``room`` positions (the decoding's limit, given by ``Transformer.new_cache``) and
+    writes each step's in place, where concatenating would copy every position kept so far at
+    every step; ``k`` and ``v`` view the positions written, and ``move_rows`` moves rows
+    within the buffers. With gradients the positions are concatenated, so that the graph
+    reaches every step's projections, and so they are after a ``reorder``: beam search gathers
+    the rows it keeps into new arrays at every step anyway, and new buffers each time would
+    cost more (fresh memory faulted in) than the concatenation.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, room: int = 0) -> None:
         self.k: Any = None  # (B, H, S, D) Tensor
         self.v: Any = None
         self.stacked: Any = None  # (weight (n·C, C), bias (n·C,)) Tensors, or None
+        self.room = room          # positions the buffers are made for (more: grown to fit)
+        self._buffers: Any = None  # (k, v) arrays (B, H, room, D) that k and v view
 
     def extend(self, k: Any, v: Any) -> tuple[Any, Any, Any]:
         """Self-attention: append the new positions' keys and values (B, H, T, D) to those
         kept; what the queries attend to: all keys and values so far, and a mask of the keys
         they may see (None: all of them). ``translation/graphs.py`` has a cache of fixed
         shapes with the same methods, which masks the positions not yet written."""
-        if self.k is not None:
-            k = F.concat([self.k, k], axis=2)                                 # (B, H, S, D)
-            v = F.concat([self.v, v], axis=2)
-        self.k, self.v = k, v
-        return k, v, None
+        if is_grad_enabled() or (self.k is not None and self._buffers is None):
+            if self.k is not None:
+                k = F.concat([self.k, k], axis=2)                             # (B, H, S, D)
+                v = F.concat([self.v, v], axis=2)
+            self.k, self.v = k, v
+            return k, v, None
+        B, H, T, D = k.shape
+        length = 0 if self.k is None else self.k.shape[2]
+        if self._buffers is None or length + T > self._buffers[0].shape[2]:
+            xp = backend.get_array_module(k.data)
+            room = max(self.room, length + T)
+            buffers = tuple(xp.empty((B, H, room, D), dtype=k.dtype) for _ in range(2))
+            if self.k is not None:  # the positions kept so far, once
+                buffers[0][:, :, :length], buffers[1][:, :, :length] = self.k.data, self.v.data
+            self._buffers = buffers                                           # (B, H, room, D)
+        for buffer, new in zip(self._buffers, (k, v), strict=True):
+            buffer[:, :, length:length + T] = new.data
+        self.k, self.v = (Tensor(buffer[:, :, :length + T]) for buffer in self._buffers)
+        return self.k, self.v, None                                           # (B, H, S, D)
 
     def reorder(self, index: Any) -> None:
-        """Keep batch rows ``index`` (beam search reorders hypotheses every step)."""
+        """Keep batch rows ``index`` (beam search reorders hypotheses every step): gathered
+        into new arrays, to which the next steps concatenate."""
         if self.k is not None:
             self.k, self.v = self.k[index], self.v[index]
+            self._buffers = None
 
     def move_rows(self, sources: Any, targets: Any, n: int) -> None:
         """Rows ``sources`` copied onto rows ``targets``, then the first ``n`` rows kept (a
         view): ``reorder`` for an index that leaves all but a few rows where they are, copying
-        only those few. The cache owns its arrays (each step's are new), so this writes in
-        place; sources at or beyond n, targets below it."""
+        only those few. The cache owns its arrays (its buffers, or each step's new arrays),
+        so this writes in place; sources at or beyond n, targets below it."""
         if self.k is not None:
             for array in (self.k.data, self.v.data):
                 array[targets] = array[sources]
             self.k, self.v = self.k[:n], self.v[:n]
+            if self._buffers is not None:
+                self._buffers = tuple(buffer[:n] for buffer in self._buffers)
 
 
 class MultiHeadAttention(Module):

@@ -29,8 +29,8 @@ class DecoderCache:
 
     position: Any = None  # a fixed-shape cache's next position, as a device array (graphs.py)
 
-    def __init__(self, n_layers: int):
-        self.layers = [(KVCache(), KVCache()) for _ in range(n_layers)]
+    def __init__(self, n_layers: int, room: int = 0):
+        self.layers = [(KVCache(room), KVCache()) for _ in range(n_layers)]
         self.length = 0  # target positions already decoded
 
     def reorder(self, index: Any, cross_index: Any = SAME) -> None:

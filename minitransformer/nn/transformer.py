@@ -106,8 +106,10 @@ class Transformer(Module):
         memory = self.encode(src, src_mask)
         return self.decode(tgt_ids, memory, src_mask)
 
-    def new_cache(self) -> DecoderCache:
-        return DecoderCache(self.config.n_layers)
+    def new_cache(self, room: int = 0) -> DecoderCache:
+        """An empty cache for incremental decoding; ``room``: the positions its self-attention
+        buffers are made for at once (the decoding's limit; grown only past it)."""
+        return DecoderCache(self.config.n_layers, room)
 
     def _ids(self, ids: Any, side: str) -> Tensor:
         """Token ids as an integer (B, L) tensor on the model's device."""

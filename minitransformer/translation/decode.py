@@ -168,7 +168,7 @@ def _new_cache(model: Transformer, graphs: Any, memory: Tensor, src_mask: Any, b
     """The model's cache; with ``graphs`` one of fixed shapes, for ``beams`` rows a sentence
     and at most ``limit`` steps, whose steps a graph replays."""
     if graphs is None:
-        return model.new_cache()
+        return model.new_cache(limit)
     return graphs.new_cache(memory, src_mask, beams, limit)
 
 

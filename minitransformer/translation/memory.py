@@ -25,8 +25,8 @@ Each estimate counts the arrays the code allocates (float32: f = 4 bytes, int64:
 t = L, where the caches are longest: the encoder's memory (B, S, C) and every layer's
 cross-attention keys and values, 2·N·B·S·C; the self-attention caches, 2·N·B·K·L·C; the
 hypotheses (B, K, L), twice while they are concatenated; then, in turn, beside the logits
-(B·K, V) of the step before: one layer's keys and values again while they are concatenated
-or reordered, with its activations; choosing the tokens (``_best_continuations``' groups and
+(B·K, V) of the step before: one layer's activations, with (beam search) its keys and values
+again while they are reordered (greedy writes into its caches' buffers in place); choosing the tokens (``_best_continuations``' groups and
 candidates, or greedy's exp(z - max)); the finished hypotheses as Python lists (about 70
 bytes a token). Besides: the positional tables, made at the first use, the stacked
 self-attention weights of every share of the batch (one per core), and the block the CPU's
@@ -220,7 +220,10 @@ def decoding_bytes(config: Any, batch: int, source_len: int, output_len: int,
     # one step, in turn, beside the logits (the last step's until the new ones replace
     # them): a layer (one layer's keys and values copied, its activations), choosing
     # tokens, the hypotheses as Python lists
-    layer = 2 * rows * L * C * f + rows * (F + H * L + 8 * C) * f + B * H * K * S * f
+    # (greedy writes each position into its caches' buffers in place; beam search's reorder
+    # gathers a layer's keys and values, to which its next step concatenates)
+    copied = 2 * rows * L * C * f if K > 1 else 0
+    layer = copied + rows * (F + H * L + 8 * C) * f + B * H * K * S * f
     logits = rows * V * f
     if K == 1:  # greedy: exp(z - max) and its sum; out, log-probabilities and prefix (B, L)
         choose = 2 * B * V * f + B * L * (2 * 8 + f)

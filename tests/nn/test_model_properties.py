@@ -185,6 +185,25 @@ def test_incremental_decoding_matches_the_full_decode(device, chunk, variant):
     assert_allclose(np.concatenate(steps, axis=1), full, atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("room", [0, 3, 6])
+def test_cache_buffers_are_written_in_place_without_gradients(device, room):
+    """Without gradients the self-attention keys and values go into buffers with room for
+    ``room`` positions, the same buffers step after step until they are full (then larger
+    ones), and the steps decode as the full decode does."""
+    model = small_model()
+    full, memory, src_mask = full_and_memory(model, SRC, TGT)
+    cache = model.new_cache(room)
+    steps, buffers = [], []
+    with mt.no_grad():
+        for t in range(TGT.shape[1]):
+            steps.append(model.decode(TGT[:, t:t + 1], memory, src_mask, cache).numpy())
+            self_cache = cache.layers[0][0]
+            buffers.append(self_cache._buffers[0])
+            assert self_cache.k.shape[2] == t + 1
+    assert_allclose(np.concatenate(steps, axis=1), full, atol=ATOL, rtol=0)
+    assert [b is buffers[0] for b in buffers] == [t < max(room, 1) for t in range(6)]
+
+
 def test_cache_reorder_follows_a_permutation_of_the_batch(device):
     model = small_model()
     src = ids([[5, 3, 7, 2, 9], [4, 8, 1, 0, 0], [6, 6, 2, 11, 0]])
