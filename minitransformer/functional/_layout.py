@@ -16,13 +16,14 @@ While a search runs the weights cannot change, so the first product of MIN_COPY_
 more with a weight keeps a contiguous copy of its Wᵀ, and every later product of 2 to
 MAX_ROWS rows reads it (a matrix-vector product, one row, reads the view as fast):
 
-    with frozen_weights():          # a search, or translate's batches
-        linear(x, W, b)             # reads the kept copy of Wᵀ where there is one
+    with frozen_weights(arrays):    # a search, or translate's batches: the model's weights
+        linear(x, W, b)             # W one of them: reads the kept copy of Wᵀ
     transposed(W, rows)             # what a product of ``rows`` rows multiplies by: (C_in, C_out)
     laid_out(W)                     # W itself, stored so that W.T is contiguous (a cache's own)
 
 The copies live until the outermost ``frozen_weights`` ends (the contexts nest, and the
-threads of one search share them): at most one copy of each weight used in small products,
+threads of one search share them): at most one copy of each frozen weight used in small
+products (never of a temporary, such as the stacked projections of a layer without a cache),
 16 MiB for the `small` model (its decoder's and output projection's), made in 11 ms.
 `translate` over the 1,000 Multi30k test sentences ran 1.02× faster greedy and beam 4, with
 the same translations. NumPy only: cuBLAS reads a transposed operand as fast, and a CUDA
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .. import backend
@@ -47,34 +48,42 @@ MIN_COPY_ROWS = 64  # a product of fewer rows reads a kept copy but makes none: 
 TILE = 64           # rows of W transposed at a time: a (64, C_in) tile and its transpose
                     # stay in cache (8000 x 256: 1.7 ms, where W.T.copy() takes 8.8 ms)
 
-_kept: dict[int, tuple[Any, Any]] = {}  # id(W) -> (W, contiguous Wᵀ); W held, so ids stay
+_frozen: dict[int, Any] = {}            # id(W) -> W, the weights the open contexts froze
+_kept: dict[int, Any] = {}              # id(W) -> contiguous Wᵀ (W held in _frozen: ids stay)
 _depth = 0                              # frozen_weights contexts open
 _lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def frozen_weights() -> Iterator[None]:
-    """Within it, small products keep and reuse a contiguous copy of each weight's transpose:
-    the weights must not change until it ends (a search, a translate session)."""
+def frozen_weights(weights: Iterable[Any]) -> Iterator[None]:
+    """Within it, small products with one of ``weights`` (arrays, a model's parameters) keep
+    and reuse a contiguous copy of its transpose: they must not change until the outermost
+    context ends. Other arrays (a product's own temporaries, such as the stacked projections
+    of a layer without a cache) are never copied."""
     global _depth
+    cpu = backend.get_backend("cpu").xp
     with _lock:
         _depth += 1
+        for weight in weights:  # NumPy's matrices: cuBLAS reads either layout as fast
+            if backend.get_array_module(weight) is cpu and weight.ndim == 2:
+                _frozen[id(weight)] = weight
     try:
         yield
     finally:
         with _lock:
             _depth -= 1
             if _depth == 0:
+                _frozen.clear()
                 _kept.clear()
 
 
 def transposed(weight: Any, rows: int) -> Any:
     """Wᵀ (C_in, C_out) for a product of ``rows`` rows with ``weight`` W (C_out, C_in): the
-    kept contiguous copy inside ``frozen_weights`` for 2 to MAX_ROWS rows of NumPy, else the
-    view W.T (one row, a matrix-vector product, reads the view as fast or faster)."""
+    kept contiguous copy of a frozen weight for 2 to MAX_ROWS rows of NumPy, else the view
+    W.T (one row, a matrix-vector product, reads the view as fast or faster)."""
     view = weight.T
     if (_depth == 0 or not 1 < rows <= MAX_ROWS or view.flags.c_contiguous
-            or backend.get_array_module(weight) is not backend.get_backend("cpu").xp):
+            or _frozen.get(id(weight)) is not weight):
         return view
     kept = _kept.get(id(weight))
     if kept is None:
@@ -83,10 +92,10 @@ def transposed(weight: Any, rows: int) -> Any:
         with _lock:  # the shares of a search ask for the same weight at once
             kept = _kept.get(id(weight))
             if kept is None:
-                if _depth == 0:  # the context ended while this thread waited
+                if _frozen.get(id(weight)) is not weight:  # the context ended meanwhile
                     return view
-                kept = _kept[id(weight)] = (weight, _transposed_copy(weight))
-    return kept[1]
+                kept = _kept[id(weight)] = _transposed_copy(weight)
+    return kept
 
 
 def _transposed_copy(weight: Any) -> Any:

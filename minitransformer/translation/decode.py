@@ -69,7 +69,7 @@ def _generating(model: Transformer) -> Iterator[None]:
     modes = [(module, module.training) for module in model.modules()]
     model.eval()
     try:
-        with no_grad(), frozen_weights():
+        with no_grad(), frozen_weights(p.data for p in model.parameters()):
             yield
     finally:
         for module, training in modes:

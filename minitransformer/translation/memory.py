@@ -25,14 +25,16 @@ Each estimate counts the arrays the code allocates (float32: f = 4 bytes, int64:
 t = L, where the caches are longest: the encoder's memory (B, S, C) and every layer's
 cross-attention keys and values, 2·N·B·S·C; the self-attention caches, 2·N·B·K·L·C; the
 hypotheses (B, K, L), twice while they are concatenated; then, in turn, beside the logits
-(B·K, V) of the step before: one layer's activations, with (beam search) its keys and values
-again while they are reordered (greedy writes into its caches' buffers in place); choosing the tokens (``_best_continuations``' groups and
-candidates, or greedy's exp(z - max)); the finished hypotheses as Python lists (about 70
-bytes a token). Besides: the positional tables, made at the first use, the stacked
-self-attention weights of every share of the batch (one per core), and the block the CPU's
-workspace keeps after a product of 32 MiB or more. The encoder's own pass comes first and is
-counted when larger. ``translate_n_best`` with alignments adds a teacher-forced pass over the
-B·n hypotheses, whose logits (B·n, L, V) often dominate.
+(B·K, V) of the step before: one layer's activations, with (beam search) its keys and
+values again while they are reordered (greedy writes into its caches' buffers in place);
+choosing the tokens (``_best_continuations``' groups and candidates, or greedy's
+exp(z - max)); the finished hypotheses as Python lists (about 70 bytes a token). Besides:
+the positional tables, made at the first use, the stacked self-attention weights of every
+share of the batch (one per core), on the CPU the copies of Wᵀ that small products read
+(``functional/_layout.py``: N·(4·C² + 4·C·F) + V·C), and the block the CPU's workspace
+keeps after a product of 32 MiB or more. The encoder's own pass comes first and is counted
+when larger. ``translate_n_best`` with alignments adds a teacher-forced pass over the B·n
+hypotheses, whose logits (B·n, L, V) often dominate.
 
 **Training** (``training.py``): parameters, gradients and Adam's two moments, 4·P·f, with the
 scratch buffer of the largest parameter; for the largest batch of the run, the arrays the
@@ -211,6 +213,10 @@ def decoding_bytes(config: Any, batch: int, source_len: int, output_len: int,
                      config.tgt_vocab_size)
     rows = B * K
     model = 2 * config.max_len * C * f + shares * N * 3 * (C + 1) * C * f  # tables, weights
+    if not gpu:  # the copies of Wᵀ that small products read (functional/_layout.py): W^O and
+        # the feed-forward layers' of every layer, the decoder's W^Q of cross-attention, and
+        # the output projection (stacked projections are the cache's, counted above)
+        model += (N * (4 * C * C + 4 * C * F) + V * C) * f
     # the encoder's pass, or making a positional table (in float64) at the first use
     encoder = max(_encoder_pass(config, B, S, f), 3 * config.max_len * C * 8)
     # kept through the search: memory, cross-attention keys and values, self-attention

@@ -127,7 +127,8 @@ def translate(model: Any, tokenizer: Any, sentences: list[str], beam_size: int =
     ``DecodingGraphs`` of the model) replays the decoding steps as CUDA graphs."""
     _check_beam(model, beam_size)
     outputs = [""] * len(sentences)
-    with frozen_weights():  # weights laid out for decoding once for all batches (decode.py)
+    # the weights laid out for decoding's products once for all batches (decode.py)
+    with frozen_weights(p.data for p in model.parameters()):
         for rows, src in _batches(model, tokenizer, sentences, batch_size,
                                   beam_size=beam_size):
             # each sentence's limit is its own length + 50, whatever its batch (decode.py)
@@ -165,7 +166,7 @@ def translate_n_best(model: Any, tokenizer: Any, sentences: list[str], beam_size
     weights: list[list[Any]] = [[] for _ in sentences]
     encoded: list[list[int]] = [[] for _ in sentences]
     aligned = n_best if alignment_layer is not None else 0
-    with frozen_weights():  # as in translate
+    with frozen_weights(p.data for p in model.parameters()):  # as in translate
         for rows, src in _batches(model, tokenizer, sentences, batch_size, encoded, beam_size,
                                   aligned):
             if beam_size == 1:

@@ -25,7 +25,7 @@ def test_outside_the_context_a_product_reads_the_view():
 
 
 def test_inside_the_context_one_contiguous_copy_is_kept_and_reused():
-    with _layout.frozen_weights():
+    with _layout.frozen_weights([W]):
         wt = _layout.transposed(W, ROWS)
         assert wt.flags.c_contiguous and wt.base is not W
         assert_array_equal(wt, W.T)
@@ -37,14 +37,23 @@ def test_inside_the_context_one_contiguous_copy_is_kept_and_reused():
 
 
 def test_few_rows_make_no_copy():
-    with _layout.frozen_weights():
+    with _layout.frozen_weights([W]):
         assert _layout.transposed(W, ROWS - 1).base is W
         assert _layout._kept == {}
 
 
+def test_arrays_not_frozen_are_never_copied():
+    """A product's own temporaries (the stacked projections of a layer without a cache) are
+    not among the frozen weights: copies of them would pile up until the context ends."""
+    temporary = W.copy()
+    with _layout.frozen_weights([W]):
+        assert _layout.transposed(temporary, ROWS).base is temporary
+        assert _layout._kept == {}
+
+
 def test_copies_live_until_the_outermost_context_ends():
-    with _layout.frozen_weights():
-        with _layout.frozen_weights():
+    with _layout.frozen_weights([W]):
+        with _layout.frozen_weights([W]):
             wt = _layout.transposed(W, ROWS)
         assert _layout.transposed(W, ROWS) is wt
     assert _layout._kept == {}
@@ -58,7 +67,7 @@ def test_threads_asking_at_once_share_one_copy():
     def ask():
         barrier.wait()
         copies.append(_layout.transposed(W, ROWS))
-    with _layout.frozen_weights():
+    with _layout.frozen_weights([W]):
         threads = [threading.Thread(target=ask) for _ in range(4)]
         for thread in threads:
             thread.start()
@@ -77,9 +86,10 @@ def test_laid_out_keeps_the_values_with_a_contiguous_transpose():
 def test_a_linear_layer_computes_the_same_with_the_kept_copy(rows):
     x = np.random.default_rng(1).standard_normal((rows, 24)).astype(np.float32)
     b = np.linspace(-1, 1, 100, dtype=np.float32)
-    plain = F.linear(mt.tensor(x), mt.tensor(W), mt.tensor(b)).numpy()
-    with _layout.frozen_weights():
-        laid = F.linear(mt.tensor(x), mt.tensor(W), mt.tensor(b)).numpy()
+    weight = mt.tensor(W)
+    plain = F.linear(mt.tensor(x), weight, mt.tensor(b)).numpy()
+    with _layout.frozen_weights([weight.data]):
+        laid = F.linear(mt.tensor(x), weight, mt.tensor(b)).numpy()
         assert len(_layout._kept) == 1
     assert_allclose(laid, plain, rtol=1e-5, atol=1e-6)
 
