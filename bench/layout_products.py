@@ -81,18 +81,18 @@ def translations(args) -> list[dict]:
     path = Path(args.data) / "test_2016_flickr.de.gz"
     with gzip.open(path, "rt", encoding="utf-8") as f:
         sentences = [line.strip() for line in f][: args.sentences]
-    cases = []
+    cases, max_rows = [], _layout.MAX_ROWS
     for beam in (1, 4):
         seconds: dict[bool, list[float]] = {True: [], False: []}
         outputs = {}
         translate(model, tokenizer, sentences[:64], beam)  # warm-up
         for run in range(args.runs):
             for copies in ((True, False) if run % 2 == 0 else (False, True)):
-                _layout.MAX_ROWS = 1024 if copies else -1
+                _layout.MAX_ROWS = max_rows if copies else -1
                 start = time.perf_counter()
                 outputs[copies] = translate(model, tokenizer, sentences, beam)
                 seconds[copies].append(time.perf_counter() - start)
-        _layout.MAX_ROWS = 1024
+        _layout.MAX_ROWS = max_rows
         ratios = [v / c for c, v in zip(seconds[True], seconds[False], strict=True)]
         case = {"beam": beam, "sentences": len(sentences),
                 "copies_s": statistics.median(seconds[True]),

@@ -14,7 +14,8 @@ exactly what ``minitransformer.nn.Transformer`` computes:
 Parameter names are minitransformer's (LayerNorm's ``gain`` is torch's ``weight``), so
 ``copy_weights`` moves a model across. ``greedy_decode`` and ``beam_search`` are ports of
 minitransformer/translation/decode.py: the same stopping rules, the key/value cache reordered
-with the beams, and ``use_cache=False`` decoding every prefix again.
+with the beams (greedy's written in place, its finished rows replaced by the last ones going),
+and ``use_cache=False`` decoding every prefix again.
 
     B batch   S source length   T target length   C d_model   H heads   D = C / H
     V vocabulary   K beam size   A sentences still searching
@@ -34,33 +35,60 @@ from minitransformer.translation.decode import gnmt_length_penalty
 
 
 class KVCache:
-    """One attention layer's projected keys and values (B, H, S, D) computed so far."""
+    """One attention layer's projected keys and values (B, H, S, D) computed so far; with
+    ``room`` (greedy), self-attention writes them into buffers of that many positions, as
+    minitransformer.nn.attention.KVCache does, else concatenates them."""
 
-    def __init__(self) -> None:
+    def __init__(self, room: int = 0) -> None:
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
+        self.room = room
+        self.buffers: tuple | None = None
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple:
+        if not self.room or (self.k is not None and self.buffers is None):
+            if self.k is not None:
+                k = torch.cat([self.k, k], dim=2)                       # (B, H, S, D)
+                v = torch.cat([self.v, v], dim=2)
+            self.k, self.v = k, v
+            return k, v
+        B, H, T, D = k.shape
+        length = 0 if self.k is None else self.k.shape[2]
+        if self.buffers is None or length + T > self.buffers[0].shape[2]:
+            room = max(self.room, length + T)
+            buffers = tuple(k.new_empty((B, H, room, D)) for _ in range(2))
+            if self.k is not None:
+                buffers[0][:, :, :length], buffers[1][:, :, :length] = self.k, self.v
+            self.buffers = buffers
+        for buffer, new in zip(self.buffers, (k, v), strict=True):
+            buffer[:, :, length:length + T] = new
+        self.k, self.v = (buffer[:, :, :length + T] for buffer in self.buffers)
+        return self.k, self.v
 
     def reorder(self, index: torch.Tensor) -> None:
         if self.k is not None:
             self.k, self.v = self.k[index], self.v[index]
+            self.buffers = None
 
     def move_rows(self, sources: torch.Tensor, targets: torch.Tensor, n: int) -> None:
         if self.k is not None:
             for tensor in (self.k, self.v):
                 tensor[targets] = tensor[sources]
             self.k, self.v = self.k[:n], self.v[:n]
+            if self.buffers is not None:
+                self.buffers = tuple(buffer[:n] for buffer in self.buffers)
 
 
 class DecoderCache:
     """Per decoder layer a (self-attention, cross-attention) pair of caches."""
 
-    def __init__(self, n_layers: int):
-        self.layers = [(KVCache(), KVCache()) for _ in range(n_layers)]
+    def __init__(self, n_layers: int, room: int = 0):
+        self.layers = [(KVCache(room), KVCache()) for _ in range(n_layers)]
         self.length = 0  # target positions already decoded
 
     def reorder(self, index: torch.Tensor, cross_index: torch.Tensor | None = None) -> None:
         """Self-attention rows ``index``; cross-attention rows ``cross_index`` (None: kept).
-        (minitransformer's reorder(index) alone moves both: greedy search passes both.)"""
+        (minitransformer's reorder(index) alone moves both.)"""
         for self_cache, cross_cache in self.layers:
             self_cache.reorder(index)
             if cross_index is not None:
@@ -107,10 +135,9 @@ class MultiHeadAttention(nn.Module):
         else:
             k = self.split_heads(self.w_k(key))                         # (B, H, S_new, D)
             v = self.split_heads(self.w_v(key))
-            if cache is not None and not static_kv and cache.k is not None:
-                k = torch.cat([cache.k, k], dim=2)                      # (B, H, S, D)
-                v = torch.cat([cache.v, v], dim=2)
-            if cache is not None:
+            if cache is not None and not static_kv:
+                k, v = cache.extend(k, v)                               # (B, H, S, D)
+            elif cache is not None:
                 cache.k, cache.v = k, v
         return self._attend(q, k, v, mask)
 
@@ -248,8 +275,8 @@ class TorchTransformer(nn.Module):
         src_mask = self.source_mask(src)
         return self.decode(tgt, self.encode(src, src_mask), src_mask)
 
-    def new_cache(self) -> DecoderCache:
-        return DecoderCache(self.config.n_layers)
+    def new_cache(self, room: int = 0) -> DecoderCache:
+        return DecoderCache(self.config.n_layers, room)
 
 
 def sinusoidal_table(length: int, d_model: int) -> torch.Tensor:
@@ -313,7 +340,7 @@ def greedy_decode(model, src, bos_id, eos_id, max_len=None, use_cache=True):
         limits = _limits(model, src, max_len)                           # (B,)
         B, dev = src.shape[0], src.device
         limit = int(limits.max()) if B else 0
-        cache = model.new_cache() if use_cache else None
+        cache = model.new_cache(limit) if use_cache else None
         out = torch.full((B, limit), eos_id, dtype=torch.int64, device=dev)  # (B, limit)
         active = torch.arange(B, device=dev)                            # (A,) still decoding
         prefix = torch.full((B, 1), bos_id, dtype=torch.int64, device=dev)  # (A, t)

@@ -21,10 +21,11 @@ MAX_ROWS rows reads it (a matrix-vector product, one row, reads the view as fast
     transposed(W, rows)             # what a product of ``rows`` rows multiplies by: (C_in, C_out)
     laid_out(W)                     # W itself, stored so that W.T is contiguous (a cache's own)
 
-The copies live until the outermost ``frozen_weights`` ends (the contexts nest, and the
-threads of one search share them): at most one copy of each frozen weight used in small
-products (never of a temporary, such as the stacked projections of a layer without a cache),
-16 MiB for the `small` model (its decoder's and output projection's), made in 11 ms.
+A copy lives as long as its weight stays frozen (the contexts nest, and the threads of one
+search share the copies): at most one copy of each frozen weight used in small products, never
+of a temporary (such as the stacked projections of a layer without a cache). Decoding batches
+of 256 sentences with `small`, that is 16 MiB (its decoder's and output projection's weights),
+made in 11 ms; an encoder's weights too where a batch's B·S is 64 to 512 rows.
 `translate` over the 1,000 Multi30k test sentences ran 1.02× faster greedy and beam 4, with
 the same translations. NumPy only: cuBLAS reads a transposed operand as fast, and a CUDA
 graph holds the addresses of the weights themselves.
@@ -41,49 +42,50 @@ from typing import Any
 
 from .. import backend
 
-MAX_ROWS = 1024  # by 2048 rows the two layouts are level (the table above)
+MAX_ROWS = 512   # from 512 rows on the two layouts are about level, each ahead somewhere
 MIN_COPY_ROWS = 64  # a product of fewer rows reads a kept copy but makes none: one sentence's
                     # search (its encoder's rows are its tokens, its decoder's its beams) has
                     # too few products to pay for the copies (11 ms for `small`)
 TILE = 64           # rows of W transposed at a time: a (64, C_in) tile and its transpose
                     # stay in cache (8000 x 256: 1.7 ms, where W.T.copy() takes 8.8 ms)
 
-_frozen: dict[int, Any] = {}            # id(W) -> W, the weights the open contexts froze
-_kept: dict[int, Any] = {}              # id(W) -> contiguous Wᵀ (W held in _frozen: ids stay)
-_depth = 0                              # frozen_weights contexts open
+_frozen: dict[int, list] = {}  # id(W) -> [W, the open contexts that froze it]
+_kept: dict[int, Any] = {}     # id(W) -> contiguous Wᵀ, while W is frozen (held: ids stay)
 _lock = threading.Lock()
 
 
 @contextlib.contextmanager
 def frozen_weights(weights: Iterable[Any]) -> Iterator[None]:
     """Within it, small products with one of ``weights`` (arrays, a model's parameters) keep
-    and reuse a contiguous copy of its transpose: they must not change until the outermost
-    context ends. Other arrays (a product's own temporaries, such as the stacked projections
-    of a layer without a cache) are never copied."""
-    global _depth
+    and reuse a contiguous copy of its transpose: they must not change until it ends (a weight
+    frozen by nested contexts, until the last of them ends). Other arrays (a product's own
+    temporaries, such as the stacked projections of a layer without a cache) are never
+    copied."""
     cpu = backend.get_backend("cpu").xp
+    # NumPy's matrices only: cuBLAS reads either layout as fast
+    mine = {id(w): w for w in weights
+            if backend.get_array_module(w) is cpu and w.ndim == 2}
     with _lock:
-        _depth += 1
-        for weight in weights:  # NumPy's matrices: cuBLAS reads either layout as fast
-            if backend.get_array_module(weight) is cpu and weight.ndim == 2:
-                _frozen[id(weight)] = weight
+        for key, weight in mine.items():
+            _frozen.setdefault(key, [weight, 0])[1] += 1
     try:
         yield
     finally:
         with _lock:
-            _depth -= 1
-            if _depth == 0:
-                _frozen.clear()
-                _kept.clear()
+            for key in mine:
+                entry = _frozen[key]
+                entry[1] -= 1
+                if entry[1] == 0:  # no context holds it frozen: it may change from now on
+                    del _frozen[key]
+                    _kept.pop(key, None)
 
 
 def transposed(weight: Any, rows: int) -> Any:
     """Wᵀ (C_in, C_out) for a product of ``rows`` rows with ``weight`` W (C_out, C_in): the
-    kept contiguous copy of a frozen weight for 2 to MAX_ROWS rows of NumPy, else the view
+    kept contiguous copy of a frozen weight for 2 to MAX_ROWS rows, else the view
     W.T (one row, a matrix-vector product, reads the view as fast or faster)."""
     view = weight.T
-    if (_depth == 0 or not 1 < rows <= MAX_ROWS or view.flags.c_contiguous
-            or _frozen.get(id(weight)) is not weight):
+    if not 1 < rows <= MAX_ROWS or view.flags.c_contiguous or not _is_frozen(weight):
         return view
     kept = _kept.get(id(weight))
     if kept is None:
@@ -92,10 +94,15 @@ def transposed(weight: Any, rows: int) -> Any:
         with _lock:  # the shares of a search ask for the same weight at once
             kept = _kept.get(id(weight))
             if kept is None:
-                if _frozen.get(id(weight)) is not weight:  # the context ended meanwhile
+                if not _is_frozen(weight):  # its context ended meanwhile
                     return view
                 kept = _kept[id(weight)] = _transposed_copy(weight)
     return kept
+
+
+def _is_frozen(weight: Any) -> bool:
+    entry = _frozen.get(id(weight))
+    return entry is not None and entry[0] is weight
 
 
 def _transposed_copy(weight: Any) -> Any:

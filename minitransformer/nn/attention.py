@@ -33,21 +33,22 @@ class KVCache:
     keeps the stacked projection weights (``MultiHeadAttention._project``), so that the steps
     do not stack them again.
 
-    Without gradients, a self-attention cache keeps its keys and values in buffers with room
-    for ``room`` positions (the decoding's limit, given by ``Transformer.new_cache``) and
-    writes each step's in place, where concatenating would copy every position kept so far at
-    every step; ``k`` and ``v`` view the positions written, and ``move_rows`` moves rows
-    within the buffers. With gradients the positions are concatenated, so that the graph
-    reaches every step's projections, and so they are after a ``reorder``: beam search gathers
-    the rows it keeps into new arrays at every step anyway, and new buffers each time would
-    cost more (fresh memory faulted in) than the concatenation.
+    Given ``room`` (greedy decoding's limit, through ``Transformer.new_cache``), a
+    self-attention cache without gradients keeps its keys and values in buffers with room for
+    that many positions and writes each step's in place, where concatenating would copy every
+    position kept so far at every step; ``k`` and ``v`` view the positions written, and
+    ``move_rows`` moves rows within the buffers. Otherwise the positions are concatenated:
+    with gradients, so that the graph reaches every step's projections; and after a
+    ``reorder``, since beam search gathers the rows it keeps into new arrays at every step
+    anyway, and new buffers each time would cost more (fresh memory faulted in) than the
+    concatenation.
     """
 
     def __init__(self, room: int = 0) -> None:
         self.k: Any = None  # (B, H, S, D) Tensor
         self.v: Any = None
         self.stacked: Any = None  # (weight (n·C, C), bias (n·C,)) Tensors, or None
-        self.room = room          # positions the buffers are made for (more: grown to fit)
+        self.room = room          # positions the buffers are made for (0: no buffers)
         self._buffers: Any = None  # (k, v) arrays (B, H, room, D) that k and v view
 
     def extend(self, k: Any, v: Any) -> tuple[Any, Any, Any]:
@@ -55,7 +56,7 @@ class KVCache:
         kept; what the queries attend to: all keys and values so far, and a mask of the keys
         they may see (None: all of them). ``translation/graphs.py`` has a cache of fixed
         shapes with the same methods, which masks the positions not yet written."""
-        if is_grad_enabled() or (self.k is not None and self._buffers is None):
+        if is_grad_enabled() or not self.room or (self.k is not None and self._buffers is None):
             if self.k is not None:
                 k = F.concat([self.k, k], axis=2)                             # (B, H, S, D)
                 v = F.concat([self.v, v], axis=2)

@@ -108,7 +108,8 @@ class Transformer(Module):
 
     def new_cache(self, room: int = 0) -> DecoderCache:
         """An empty cache for incremental decoding; ``room``: the positions its self-attention
-        buffers are made for at once (the decoding's limit; grown only past it)."""
+        keys and values are written into in place (the decoding's limit; grown past it), 0 to
+        concatenate them at every step instead (``KVCache``)."""
         return DecoderCache(self.config.n_layers, room)
 
     def _ids(self, ids: Any, side: str) -> Tensor:

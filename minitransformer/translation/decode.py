@@ -166,9 +166,10 @@ def _decode_step(model: Transformer, graphs: Any, ids: Any, memory: Tensor, src_
 def _new_cache(model: Transformer, graphs: Any, memory: Tensor, src_mask: Any, beams: int,
                limit: int) -> Any:
     """The model's cache; with ``graphs`` one of fixed shapes, for ``beams`` rows a sentence
-    and at most ``limit`` steps, whose steps a graph replays."""
+    and at most ``limit`` steps, whose steps a graph replays. Greedy decoding's cache writes
+    its keys and values in place (``KVCache``); beam search's are gathered at every step."""
     if graphs is None:
-        return model.new_cache(limit)
+        return model.new_cache(limit if beams == 1 else 0)
     return graphs.new_cache(memory, src_mask, beams, limit)
 
 

@@ -60,6 +60,21 @@ def test_copies_live_until_the_outermost_context_ends():
     assert _layout.transposed(W, ROWS).base is W
 
 
+def test_a_weight_thaws_when_its_own_contexts_end_whatever_else_is_open():
+    """Two searches on two threads: the first ends, its model trains on, and its next product
+    must read its weights as they are now, although the second search is still running."""
+    other = W[:50].copy()
+    first, second = _layout.frozen_weights([W]), _layout.frozen_weights([other])
+    first.__enter__()
+    second.__enter__()
+    assert _layout.transposed(W, ROWS).base is not W
+    first.__exit__(None, None, None)
+    assert _layout.transposed(W, ROWS).base is W
+    assert _layout.transposed(other, ROWS).base is not other
+    second.__exit__(None, None, None)
+    assert _layout._kept == {} and _layout._frozen == {}
+
+
 def test_threads_asking_at_once_share_one_copy():
     copies = []
     barrier = threading.Barrier(4)

@@ -189,7 +189,8 @@ def test_incremental_decoding_matches_the_full_decode(device, chunk, variant):
 def test_cache_buffers_are_written_in_place_without_gradients(device, room):
     """Without gradients the self-attention keys and values go into buffers with room for
     ``room`` positions, the same buffers step after step until they are full (then larger
-    ones), and the steps decode as the full decode does."""
+    ones), and the steps decode as the full decode does; with no room they are concatenated
+    (no buffers)."""
     model = small_model()
     full, memory, src_mask = full_and_memory(model, SRC, TGT)
     cache = model.new_cache(room)
@@ -198,10 +199,13 @@ def test_cache_buffers_are_written_in_place_without_gradients(device, room):
         for t in range(TGT.shape[1]):
             steps.append(model.decode(TGT[:, t:t + 1], memory, src_mask, cache).numpy())
             self_cache = cache.layers[0][0]
-            buffers.append(self_cache._buffers[0])
+            buffers.append(self_cache._buffers[0] if room else self_cache._buffers)
             assert self_cache.k.shape[2] == t + 1
     assert_allclose(np.concatenate(steps, axis=1), full, atol=ATOL, rtol=0)
-    assert [b is buffers[0] for b in buffers] == [t < max(room, 1) for t in range(6)]
+    if room:
+        assert [b is buffers[0] for b in buffers] == [t < room for t in range(6)]
+    else:
+        assert buffers == [None] * 6
 
 
 def test_cache_reorder_follows_a_permutation_of_the_batch(device):
