@@ -7,10 +7,10 @@ of a decoding step it does. Single-threaded OpenBLAS on the Xeon (bench/layout_p
 bench/results/layout_products.xeon.json), µs per product:
 
     rows M                                   1      4     16     64    128    512   2048
-    (M, 256) @ (256, 1024), Wᵀ as W.T       14    142    168    326    499   1475   5890
-                            Wᵀ contiguous   16     69    100    246    412   1679   5830
-    (M, 256) @ (256, 8000), Wᵀ as W.T      278   1209   1454   2498   4436  14082  52789
-                            Wᵀ contiguous  286    781   1017   1994   3776  12797  53028
+    (M, 256) @ (256, 1024), Wᵀ as W.T       15    152    189    341    570   1859   6380
+                            Wᵀ contiguous   17     69    106    269    497   1805   6872
+    (M, 256) @ (256, 8000), Wᵀ as W.T      296   1379   1514   2721   4706  14385  56251
+                            Wᵀ contiguous  301    789    984   2218   4124  14020  54673
 
 While a search runs the weights cannot change, so the first product of MIN_COPY_ROWS rows or
 more with a weight keeps a contiguous copy of its Wᵀ, and every later product of 2 to
@@ -26,8 +26,8 @@ search share the copies): at most one copy of each frozen weight used in small p
 of a temporary (such as the stacked projections of a layer without a cache). Decoding batches
 of 256 sentences with `small`, that is 16 MiB (its decoder's and output projection's weights),
 made in 11 ms; an encoder's weights too where a batch's B·S is 64 to 512 rows.
-`translate` over the 1,000 Multi30k test sentences ran 1.02× faster greedy and beam 4, with
-the same translations. NumPy only: cuBLAS reads a transposed operand as fast, and a CUDA
+`translate` over the 1,000 Multi30k test sentences ran 1.03× faster greedy and 1.01× with
+beam 4, the same translations. NumPy only: cuBLAS reads a transposed operand as fast, and a CUDA
 graph holds the addresses of the weights themselves.
 
     M rows   C_in, C_out a layer's features in and out
