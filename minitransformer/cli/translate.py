@@ -124,7 +124,7 @@ def run_translate(args: argparse.Namespace) -> int:
     from ..translation.alignment import check_layer
     from ..translation.checkpoint import CheckpointError
     from ..translation.memory import MemoryLimitError
-    from ..translation.translator import beam_problem, load_translator
+    from ..translation.translator import beam_problem, load_translator, translation_session
     from .live import arrives_over_time, lines_as_they_come
 
     problem = _translate_options_problem(args)
@@ -170,30 +170,33 @@ def run_translate(args: argparse.Namespace) -> int:
         return out.status
     prompt = "> " if sys.stdin.isatty() else None
     first, status = 0, 0
-    try:
-        # a stream keeps coming: hand it on in many batches at a time, memory bounded
-        max_lines = max(4096, 16 * (args.batch_size or 0))
-        for lines in lines_as_they_come(sys.stdin.buffer, prompt, max_lines):
-            sentences = []
-            for number, line in enumerate(lines, first + 1):
-                try:
-                    sentences.append(line.removesuffix(b"\r").decode("utf-8"))
-                except UnicodeDecodeError:
-                    print(f"minitransformer translate: line {number} of standard input is "
-                          "not valid UTF-8, so it is left untranslated (an empty line); "
-                          "convert the text to UTF-8 (e.g. with iconv).", file=sys.stderr)
-                    sentences.append("")
-                    status = 1
-            out.write(_translations(model, tokenizer, sentences, args, first, graphs))
-            first += len(sentences)
-    except KeyboardInterrupt:  # Ctrl-C at the prompt: the translations so far are out
-        print(file=sys.stderr)
-        return 130
-    except MemoryLimitError as exc:
-        print(f"minitransformer translate: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        out.close()
+    # the model does not change here: its weights' copies laid out for small products serve
+    # every line (translation_session), where each translate call would make its own
+    with translation_session(model):
+        try:
+            # a stream keeps coming: hand it on in many batches at a time, memory bounded
+            max_lines = max(4096, 16 * (args.batch_size or 0))
+            for lines in lines_as_they_come(sys.stdin.buffer, prompt, max_lines):
+                sentences = []
+                for number, line in enumerate(lines, first + 1):
+                    try:
+                        sentences.append(line.removesuffix(b"\r").decode("utf-8"))
+                    except UnicodeDecodeError:
+                        print(f"minitransformer translate: line {number} of standard input is "
+                              "not valid UTF-8, so it is left untranslated (an empty line); "
+                              "convert the text to UTF-8 (e.g. with iconv).", file=sys.stderr)
+                        sentences.append("")
+                        status = 1
+                out.write(_translations(model, tokenizer, sentences, args, first, graphs))
+                first += len(sentences)
+        except KeyboardInterrupt:  # Ctrl-C at the prompt: the translations so far are out
+            print(file=sys.stderr)
+            return 130
+        except MemoryLimitError as exc:
+            print(f"minitransformer translate: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            out.close()
     return max(status, out.status)
 
 

@@ -49,33 +49,35 @@ MIN_COPY_ROWS = 64  # a product of fewer rows reads a kept copy but makes none: 
 TILE = 64           # rows of W transposed at a time: a (64, C_in) tile and its transpose
                     # stay in cache (8000 x 256: 1.7 ms, where W.T.copy() takes 8.8 ms)
 
-_frozen: dict[int, list] = {}  # id(W) -> [W, the open contexts that froze it]
+_frozen: dict[int, list] = {}  # id(W) -> [W, copy_rows of each open context that froze it]
 _kept: dict[int, Any] = {}     # id(W) -> contiguous Wᵀ, while W is frozen (held: ids stay)
 _lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def frozen_weights(weights: Iterable[Any]) -> Iterator[None]:
+def frozen_weights(weights: Iterable[Any], copy_rows: int = MIN_COPY_ROWS) -> Iterator[None]:
     """Within it, small products with one of ``weights`` (arrays, a model's parameters) keep
-    and reuse a contiguous copy of its transpose: they must not change until it ends (a weight
-    frozen by nested contexts, until the last of them ends). Other arrays (a product's own
-    temporaries, such as the stacked projections of a layer without a cache) are never
-    copied."""
+    and reuse a contiguous copy of its transpose, made by the first product of ``copy_rows``
+    rows or more: they must not change until it ends (a weight frozen by nested contexts,
+    until the last of them ends; the smallest copy_rows of those open counts). Other arrays
+    (a product's own temporaries, such as the stacked projections of a layer without a cache)
+    are never copied. A context that spans many searches (a translate session) may copy at
+    fewer rows, since its copies serve them all."""
     cpu = backend.get_backend("cpu").xp
     # NumPy's matrices only: cuBLAS reads either layout as fast
     mine = {id(w): w for w in weights
             if backend.get_array_module(w) is cpu and w.ndim == 2}
     with _lock:
         for key, weight in mine.items():
-            _frozen.setdefault(key, [weight, 0])[1] += 1
+            _frozen.setdefault(key, [weight, []])[1].append(copy_rows)
     try:
         yield
     finally:
         with _lock:
             for key in mine:
                 entry = _frozen[key]
-                entry[1] -= 1
-                if entry[1] == 0:  # no context holds it frozen: it may change from now on
+                entry[1].remove(copy_rows)
+                if not entry[1]:  # no context holds it frozen: it may change from now on
                     del _frozen[key]
                     _kept.pop(key, None)
 
@@ -89,7 +91,8 @@ def transposed(weight: Any, rows: int) -> Any:
         return view
     kept = _kept.get(id(weight))
     if kept is None:
-        if rows < MIN_COPY_ROWS:
+        entry = _frozen.get(id(weight))
+        if entry is None or rows < min(entry[1], default=rows + 1):
             return view
         with _lock:  # the shares of a search ask for the same weight at once
             kept = _kept.get(id(weight))

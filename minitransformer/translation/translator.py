@@ -116,6 +116,15 @@ def _check_beam(model: Any, beam_size: Any) -> None:
         raise ValueError(problem)
 
 
+def translation_session(model: Any) -> Any:
+    """A context for many ``translate`` calls with a model whose weights do not change while it
+    is open (``minitransformer translate`` reading a stream, line by line): the copies of its
+    weights laid out for small products (``functional/_layout.py``) are made once, by any
+    product of two rows or more (a beam of one sentence), and serve every call. Without it
+    each call makes its own, and only where a product has 64 rows or more (a batch)."""
+    return frozen_weights((p.data for p in model.parameters()), copy_rows=2)
+
+
 def translate(model: Any, tokenizer: Any, sentences: list[str], beam_size: int = 1,
               length_penalty: float = 0.6, batch_size: int | None = None,
               graphs: Any = None) -> list[str]:

@@ -133,3 +133,25 @@ def test_a_search_finds_the_same_tokens_with_and_without_the_copies(monkeypatch,
     for hyps_laid, hyps_plain in zip(laid, plain, strict=True):
         assert_allclose([h.score for h in hyps_laid], [h.score for h in hyps_plain],
                         rtol=1e-4)
+
+
+def test_a_translation_session_copies_for_one_sentence_and_keeps_the_copies():
+    """translation_session (a translate session reading line by line) makes the copies at the
+    first product of two rows, a beam of one sentence, and every later search reads them."""
+    from minitransformer.translation.translator import translation_session
+
+    mt.manual_seed(0)
+    model = Transformer(TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, n_layers=2,
+                                          d_model=32, d_ff=64, n_heads=4, max_len=64))
+    src = np.random.default_rng(3).integers(4, 40, size=(1, 9))
+    plain = beam_search(model, src, 1, 2, 4, max_len=12, n_best=4)
+    assert _layout._kept == {}  # alone, a 4-row search makes no copy
+    with translation_session(model):
+        first = beam_search(model, src, 1, 2, 4, max_len=12, n_best=4)
+        kept = dict(_layout._kept)
+        again = beam_search(model, src, 1, 2, 4, max_len=12, n_best=4)
+        assert kept and _layout._kept.keys() == kept.keys()
+        assert all(_layout._kept[key] is copy for key, copy in kept.items())
+    assert _layout._kept == {} and _layout._frozen == {}
+    for hyps in (first, again):
+        assert [[h.tokens for h in s] for s in hyps] == [[h.tokens for h in s] for s in plain]
