@@ -34,6 +34,7 @@ from .translator import (
     load_translator,
     translate,
     translate_n_best,
+    translation_session,
 )
 
 __all__ = [
@@ -42,5 +43,5 @@ __all__ = [
     "TranslationData", "average_checkpoints", "beam_search", "corpus_bleu", "corpus_chrf",
     "evaluate_translations", "gnmt_length_penalty", "greedy_decode", "load_checkpoint",
     "load_corpus", "load_translator", "oracle_bleu", "prepare_corpus", "restore_model",
-    "save_checkpoint", "score", "translate", "translate_n_best",
+    "save_checkpoint", "score", "translate", "translate_n_best", "translation_session",
 ]
