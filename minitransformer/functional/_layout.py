@@ -12,11 +12,12 @@ bench/results/layout_products.xeon.json), µs per product:
     (M, 256) @ (256, 8000), Wᵀ as W.T      296   1379   1514   2721   4706  14385  56251
                             Wᵀ contiguous  301    789    984   2218   4124  14020  54673
 
-While a search runs the weights cannot change, so the first product of MIN_COPY_ROWS rows or
+While a search runs the weights cannot change, so the first product of ``copy_rows`` rows or
 more with a weight keeps a contiguous copy of its Wᵀ, and every later product of 2 to
 MAX_ROWS rows reads it (a matrix-vector product, one row, reads the view as fast):
 
     with frozen_weights(arrays):    # a search, or translate's batches: the model's weights
+    with frozen_weights(arrays, copy_rows=2):   # a translate session (translation_session)
         linear(x, W, b)             # W one of them: reads the kept copy of Wᵀ
     transposed(W, rows)             # what a product of ``rows`` rows multiplies by: (C_in, C_out)
     laid_out(W)                     # W itself, stored so that W.T is contiguous (a cache's own)
