@@ -12,6 +12,7 @@ linear transformation ... In the embedding layers, we multiply those weights by 
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 from .. import backend
@@ -110,7 +111,14 @@ class Transformer(Module):
         """An empty cache for incremental decoding; ``room``: the positions its self-attention
         keys and values are written into in place (the decoding's limit; grown past it), 0 to
         concatenate them at every step instead (``KVCache``)."""
-        return DecoderCache(self.config.n_layers, room)
+        try:
+            valid = not isinstance(room, bool) and operator.index(room) >= 0
+        except TypeError:
+            valid = False
+        if not valid:
+            raise ValueError(f"new_cache: room must be a number of positions, an integer >= 0 "
+                             f"(0 to concatenate at every step), got {room!r}.")
+        return DecoderCache(self.config.n_layers, operator.index(room))
 
     def _ids(self, ids: Any, side: str) -> Tensor:
         """Token ids as an integer (B, L) tensor on the model's device."""

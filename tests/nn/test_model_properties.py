@@ -208,6 +208,12 @@ def test_cache_buffers_are_written_in_place_without_gradients(device, room):
         assert buffers == [None] * 6
 
 
+@pytest.mark.parametrize("room", [-1, 2.5, "8", True])
+def test_cache_room_must_be_a_count_of_positions(room):
+    with pytest.raises(ValueError, match="new_cache: room must be a number of positions"):
+        small_model().new_cache(room)
+
+
 def test_cache_reorder_follows_a_permutation_of_the_batch(device):
     model = small_model()
     src = ids([[5, 3, 7, 2, 9], [4, 8, 1, 0, 0], [6, 6, 2, 11, 0]])
