@@ -255,11 +255,11 @@ def test_length_penalty_is_gnmt():
 
 
 @pytest.mark.parametrize("vocab_size", [7, 640, 1003])
-def test_best_continuations_are_the_top_of_a_full_sort(vocab_size):
+def test_best_continuations_are_the_top_of_a_full_sort(vocab_size, device):
     """The grouped selection (``_best_continuations``) returns exactly the 2K best of all K·V
     scores log P(prefix) + log softmax(logits) of every sentence: checked against a full sort,
     with a vocabulary not divisible into equal groups (1003), beams at -inf (the first step)
-    and tied logits."""
+    and tied logits; on every device (a GPU selects by a segmented sort, NumPy partitions)."""
     from minitransformer.translation.decode import _best_continuations
 
     rng = np.random.default_rng(vocab_size)
@@ -270,7 +270,8 @@ def test_best_continuations_are_the_top_of_a_full_sort(vocab_size):
     logits[6, 10 % vocab_size::3] = logits.max()     # many ties at the row maximum
     alive = np.log(rng.random((A, K))).astype(np.float32)
     alive[0, 1:] = -np.inf                           # first step: only beam 0 may expand
-    scores, index, log_norm = _best_continuations(logits, alive, n_cand)
+    scores, index, log_norm = (backend.to_numpy(a) for a in _best_continuations(
+        backend.to_device(logits, device), backend.to_device(alive, device), n_cand))
 
     z = logits.astype(np.float64)
     log_p = z - z.max(-1, keepdims=True)
