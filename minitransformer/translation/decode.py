@@ -34,6 +34,7 @@ import contextlib
 import math
 import numbers
 import operator
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -61,19 +62,36 @@ class Hypothesis:
     finished: bool                # ended with EOS; False when cut at the length limit
 
 
+_generations: dict[int, list] = {}  # id(model) -> [searches open, the modes to restore]
+_generations_lock = threading.Lock()
+
+
 @contextlib.contextmanager
 def _generating(model: Transformer) -> Iterator[None]:
     """Eval mode (no dropout), no graph and frozen weights (their small products read kept
     copies laid out for them, ``functional/_layout.py``) while generating; every module's own
-    mode is restored afterwards (a model may be training with some parts frozen in eval mode)."""
-    modes = [(module, module.training) for module in model.modules()]
-    model.eval()
+    mode is restored afterwards (a model may be training with some parts frozen in eval mode).
+
+    Searches with one model on several threads at once share the eval mode: the first to
+    start notes the modes, and the last to end restores them (one ending first would switch
+    dropout back on under the others)."""
+    with _generations_lock:
+        open_ = _generations.get(id(model))
+        if open_ is None:
+            modes = [(module, module.training) for module in model.modules()]
+            open_ = _generations[id(model)] = [0, modes]
+            model.eval()
+        open_[0] += 1
     try:
         with no_grad(), frozen_weights(p.data for p in model.parameters()):
             yield
     finally:
-        for module, training in modes:
-            object.__setattr__(module, "training", training)
+        with _generations_lock:
+            open_[0] -= 1
+            if not open_[0]:
+                del _generations[id(model)]
+                for module, training in open_[1]:
+                    object.__setattr__(module, "training", training)
 
 
 def _source_and_limits(model: Transformer, src_ids: Any, max_len: int | None,

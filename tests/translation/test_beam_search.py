@@ -7,6 +7,7 @@ would, whatever the device.
 
 import itertools
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -206,6 +207,61 @@ def test_every_modules_own_mode_is_restored():
         search(model, SOURCES, BOS, 5, max_len=3)
         assert model.training and model.decoder.training
         assert not any(m.training for m in model.encoder.modules())
+
+
+def test_searches_on_several_threads_keep_eval_mode_until_the_last_ends():
+    """Two searches with one training-mode model at once, on two threads: the first to end
+    must not switch dropout back on under the other; the last restores training mode."""
+    from minitransformer.translation.decode import _generating
+
+    model = make_model()
+    model.train()
+    entered, first_ended = threading.Event(), threading.Event()
+    seen = {}
+
+    def first():
+        with _generating(model):
+            entered.set()
+            second_entered.wait()
+        first_ended.set()
+
+    def second():
+        entered.wait()
+        with _generating(model):
+            second_entered.set()
+            first_ended.wait()
+            seen["after the first ended"] = [m.training for m in model.modules()]
+
+    second_entered = threading.Event()
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not any(seen["after the first ended"])
+    assert all(m.training for m in model.modules())
+
+
+def test_searches_on_two_threads_give_the_eval_tokens():
+    model = make_model()
+    model.eval()
+    expected = [greedy_decode(model, SOURCES, BOS, 5, max_len=12),
+                beam_search(model, SOURCES, BOS, 5, max_len=12)]
+    model.train()
+    start = threading.Barrier(2)
+    found: list = [None, None]
+
+    def search(i):
+        start.wait()
+        found[i] = [greedy_decode(model, SOURCES, BOS, 5, max_len=12),
+                    beam_search(model, SOURCES, BOS, 5, max_len=12)]
+
+    threads = [threading.Thread(target=search, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert found == [expected, expected] and model.training
 
 
 def test_bad_arguments():
