@@ -1,5 +1,6 @@
 """Shared fixtures: every test starts on the CPU, in float32, with seed 0, on NumPy's own
-kernels (the reference path; ``compiled`` switches a test to the Numba kernels).
+kernels (the reference path; ``compiled`` switches a test to the Numba kernels), with the
+shares of a search on threads (``translation/_processes.py``'s worker processes off).
 
 The ``device`` fixture runs a test on each backend: NumPy ("cpu"), the CuPy-like strict
 backend ("strict", see strict_backend.py) and real CuPy ("cuda", skipped without a GPU).
@@ -10,6 +11,7 @@ import strict_backend
 
 from minitransformer import backend
 from minitransformer.functional import _compiled
+from minitransformer.translation import _processes
 
 strict_backend.install()
 
@@ -36,10 +38,12 @@ def _fresh_state():
     backend.set_default_dtype("float32")
     backend.manual_seed(0)
     _compiled.set_compiled_kernels(False)
-    yield
+    _processes.set_decode_processes(False)  # shares on threads: the tests that want worker
+    yield                                   # processes say so (test_decode_on_cores.py)
     backend.use("cpu")
     backend.set_default_dtype("float32")
     _compiled.set_compiled_kernels(False)
+    _processes.set_decode_processes(False)
 
 
 @pytest.fixture(params=DEVICES)

@@ -104,6 +104,13 @@ def transposed(weight: Any, rows: int) -> Any:
     return kept
 
 
+def copy_rows(weight: Any) -> int | None:
+    """The fewest rows at which a product with ``weight`` makes its copy (the smallest
+    copy_rows of the contexts holding it frozen), or None where it is not frozen."""
+    entry = _frozen.get(id(weight))
+    return min(entry[1]) if entry is not None and entry[0] is weight else None
+
+
 def _is_frozen(weight: Any) -> bool:
     entry = _frozen.get(id(weight))
     return entry is not None and entry[0] is weight

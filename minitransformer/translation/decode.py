@@ -47,6 +47,7 @@ from ..functional._blocks import for_blocks, on_workers
 from ..functional._cuda import is_cupy
 from ..functional._layout import frozen_weights
 from ..nn.transformer import Transformer
+from . import _processes
 
 MIN_SHARE = 8  # sentences: a batch of fewer than 2·MIN_SHARE is decoded on one core
 
@@ -143,7 +144,9 @@ def _on_cores(search: Callable[..., list], model: Transformer, src: Tensor, limi
 
     A decoding step is many small products and elementwise operations on a few hundred rows:
     too small for BLAS or blocks of rows to keep two cores busy, so each core decodes a share
-    of the sentences on its own, with single-threaded BLAS. Sentences are dealt out in turn
+    of the sentences on its own, with single-threaded BLAS: the calling thread the first, and
+    worker processes the others once they have started (``_processes.py``; threads of this
+    process until then, or when switched off). Sentences are dealt out in turn
     (sentences 0, n, 2n, ... to the first of n shares), so that when a batch comes sorted by
     length every share gets as much work. A sentence's search depends on no other sentence,
     and the shares keep the batch's padded width, so the results are those of one search over
@@ -154,12 +157,52 @@ def _on_cores(search: Callable[..., list], model: Transformer, src: Tensor, limi
     n = min(_blocks.WORKERS, B // MIN_SHARE)  # set_num_threads may change WORKERS
     if n < 2 or is_cupy(backend.get_array_module(src.data)) or graphs is not None:
         return search(model, src, limits, *args)
-    shares = on_workers(lambda i: search(model, Tensor(src.data[i::n]), limits[i::n], *args),
-                        list(range(n)))
+    shares = _on_processes(search, model, src, limits, n, args)
+    if shares is None:
+        shares = on_workers(lambda i: search(model, Tensor(src.data[i::n]), limits[i::n],
+                                             *args), list(range(n)))
     results: list = [None] * B
     for i, share in enumerate(shares):
         results[i::n] = share
     return results
+
+
+def _on_processes(search: Callable[..., list], model: Transformer, src: Tensor, limits: Any,
+                  n: int, args: tuple) -> list | None:
+    """The n shares' results, the first decoded here and the others on worker processes
+    (``_processes.py``: no turns at Python's lock), or None where none are ready: then the
+    shares go to threads."""
+    name = {_greedy: "greedy", _beam_search: "beam"}.get(search)
+    on_numpy = backend.get_array_module(src.data) is backend.get_backend("cpu").xp
+    workers = _processes.workers_for(n) if name is not None and on_numpy else None
+    if workers is None:
+        return None
+    plain = [a.item() if hasattr(a, "item") else a for a in args]  # ids may be NumPy ints
+    try:
+        try:
+            for i, worker in enumerate(workers, start=1):
+                _processes.run_share(worker, model, name, src.data[i::n], limits[i::n], plain)
+        except (OSError, EOFError, ValueError, RuntimeError) as exc:
+            _processes.fail(exc)
+            return None
+        try:
+            first = search(model, Tensor(src.data[0::n]), limits[0::n], *args)
+        except BaseException:  # the workers' answers would be read by the next search
+            _processes.shutdown()
+            raise
+        shares = [first]
+        for i, worker in enumerate(workers, start=1):
+            try:
+                shares.append(_processes.collect(worker))
+            except (OSError, EOFError, ValueError, RuntimeError) as exc:
+                _processes.fail(exc)  # this share on this thread, later searches on threads
+                shares.append(search(model, Tensor(src.data[i::n]), limits[i::n], *args))
+            except BaseException:     # Ctrl-C while waiting: answers left unread
+                _processes.shutdown()
+                raise
+        return shares
+    finally:
+        _processes.release()
 
 
 def _decode_prefix(model: Transformer, prefix: Any, memory: Tensor, src_mask: Any) -> Tensor:

@@ -7,6 +7,8 @@ float64: a product over fewer rows may round its last bit differently (BLAS trea
 past its kernel's block size apart), which float64 keeps far below any gap between scores.
 """
 
+import time
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,7 @@ import minitransformer
 from minitransformer.functional import _blocks
 from minitransformer.nn.config import TransformerConfig
 from minitransformer.nn.transformer import Transformer
-from minitransformer.translation import decode
+from minitransformer.translation import _processes, decode
 from minitransformer.translation.decode import beam_search, greedy_decode
 
 BOS = 1
@@ -100,3 +102,86 @@ def test_blocks_inside_a_share_run_on_its_own_thread():
         return i, len(seen)
     tasks = list(range(2 * _blocks.WORKERS))
     assert _blocks.on_workers(task, tasks) == [(i, 100) for i in tasks]
+
+
+# ------------------------------------------------------------- shares on worker processes
+
+@pytest.fixture
+def processes(monkeypatch):
+    """Shares on worker processes (``_processes.py``), started and ready before the test
+    decodes a batch of 40 (without a ready worker a search takes threads)."""
+    n_shares = min(_blocks.WORKERS, 40 // decode.MIN_SHARE)
+    if n_shares < 2:
+        pytest.skip("needs two cores")
+    monkeypatch.setattr(_processes, "_failed", False)
+    _processes.set_decode_processes(True)
+    deadline = time.monotonic() + 120
+    while _processes.workers_for(n_shares) is None:
+        assert time.monotonic() < deadline, "the worker processes did not start in 120 s"
+        time.sleep(0.05)
+    _processes.release()
+    collected = []
+    original = _processes.collect
+    monkeypatch.setattr(_processes, "collect",
+                        lambda worker: collected.append(worker) or original(worker))
+    yield collected
+    _processes.set_decode_processes(False)
+
+
+def test_shares_on_worker_processes_are_those_on_threads(model, processes):
+    """The same shares, code, weights, kernels and weight layout: the same tokens, the
+    scores to rounding (a kept copy of Wᵀ made at another moment may round a product's last
+    bit otherwise, as between the threads' shares)."""
+    src = sources()
+    runs = {}
+    for way in ("processes", "threads"):
+        if way == "threads":
+            _processes.set_decode_processes(False)
+        runs[way] = [greedy_decode(model, src, np.int64(BOS), GREEDY_EOS[0], max_len=15),
+                     greedy_decode(model, src, BOS, GREEDY_EOS[1], max_len=15, n_best=1),
+                     beam_search(model, src, BOS, BEAM_EOS[0], 4, max_len=12,
+                                 return_scores=True),
+                     beam_search(model, src, BOS, BEAM_EOS[1], 4, max_len=12, n_best=3)]
+        if way == "processes":  # every search sent a share to every worker
+            assert len(processes) == 4 * (min(_blocks.WORKERS, 5) - 1)
+    (greedy, greedy_n_best, (hyps, scores), n_best), threads = runs.values()
+    assert greedy == threads[0] and hyps == threads[2][0]
+    assert scores == pytest.approx(threads[2][1], rel=1e-12)  # float64: to rounding at most
+    for found, expected in ((greedy_n_best, threads[1]), (n_best, threads[3])):
+        assert [[h.tokens for h in hs] for hs in found] == [[h.tokens for h in hs]
+                                                            for hs in expected]
+        assert [h.score for hs in found for h in hs] == pytest.approx(
+            [h.score for hs in expected for h in hs], rel=1e-12)
+    assert isinstance(greedy_n_best[0][0], decode.Hypothesis) and len(n_best[0]) == 3
+    assert len({len(h) for h in runs["processes"][0]}) > 1
+
+
+def test_a_worker_is_given_weights_changed_in_place(model, processes):
+    src = sources()
+    before = greedy_decode(model, src, BOS, GREEDY_EOS[0], max_len=15)
+    weight = model.decoder.layers[0].feed_forward.w_1.weight
+    weight.data[...] = 1.5 * weight.data        # in place: no version counted
+    after = greedy_decode(model, src, BOS, GREEDY_EOS[0], max_len=15)
+    _processes.set_decode_processes(False)
+    assert after == greedy_decode(model, src, BOS, GREEDY_EOS[0], max_len=15) != before
+
+
+def test_a_worker_that_died_leaves_the_shares_to_threads(model, processes):
+    src = sources()
+    for worker in _processes._workers:
+        worker.process.kill()
+        worker.process.wait()
+    with pytest.warns(RuntimeWarning, match="searches use threads from now on"):
+        found = beam_search(model, src, BOS, BEAM_EOS[0], 4, max_len=12)
+    assert _processes._workers == [] and _processes.workers_for(2) is None
+    assert beam_search(model, src, BOS, BEAM_EOS[0], 4, max_len=12) == found
+    _processes.set_decode_processes(False)
+    assert beam_search(model, src, BOS, BEAM_EOS[0], 4, max_len=12) == found
+
+
+def test_switched_off_no_worker_process_starts(model):
+    _processes.set_decode_processes(False)
+    greedy_decode(model, sources(), BOS, GREEDY_EOS[0], max_len=6)
+    assert _processes._workers == []
+    with pytest.raises(TypeError, match="True or False"):
+        _processes.set_decode_processes("yes")
