@@ -13,7 +13,11 @@ before the work starts: it sets the pool and BLAS's count for NumPy code outside
     mt.set_num_threads(2)
     mt.get_num_threads()         # 2
 
-On the GPU neither matters: the work runs in CUDA kernels.
+A search on several cores decodes its first share of sentences on the calling thread and the
+others on worker processes of their own, where two shares do not take turns at Python's lock
+(``translation/_processes.py``; ``minitransformer.translation.set_decode_processes(False)``
+keeps them on the pool's threads). On the GPU none of this matters: the work runs in CUDA
+kernels.
 """
 
 from __future__ import annotations

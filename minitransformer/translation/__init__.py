@@ -5,7 +5,8 @@
     training    the training loop: token batches, label smoothing, Adam with warmup,
                 validation, checkpoints, resume
     checkpoint  safe checkpoints (atomic, no pickle) and their averaging
-    decode      greedy and beam search with the key/value cache, n-best lists
+    decode      greedy and beam search with the key/value cache, n-best lists; on several
+                cores, shares of a batch on worker processes (set_decode_processes)
     alignment   each output token's source token, from the cross-attention
     translator  sentences in, sentences out (or n-best lists with scores and alignments);
                 the translator a checkpoint holds
@@ -15,6 +16,7 @@ Built on the engine (nn, optim, functional) and data/; `minitransformer train`, 
 `evaluate` and `plot attention` are thin commands over it.
 """
 
+from ._processes import get_decode_processes, set_decode_processes
 from .checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -41,7 +43,8 @@ __all__ = [
     "Alignment", "Checkpoint", "CheckpointError", "Corpus", "Hypothesis", "Score",
     "TrainConfig", "TranslatedHypothesis", "Trainer", "TrainingError", "Translation",
     "TranslationData", "average_checkpoints", "beam_search", "corpus_bleu", "corpus_chrf",
-    "evaluate_translations", "gnmt_length_penalty", "greedy_decode", "load_checkpoint",
-    "load_corpus", "load_translator", "oracle_bleu", "prepare_corpus", "restore_model",
-    "save_checkpoint", "score", "translate", "translate_n_best", "translation_session",
+    "evaluate_translations", "get_decode_processes", "gnmt_length_penalty", "greedy_decode",
+    "load_checkpoint", "load_corpus", "load_translator", "oracle_bleu", "prepare_corpus",
+    "restore_model", "save_checkpoint", "score", "set_decode_processes", "translate",
+    "translate_n_best", "translation_session",
 ]
