@@ -49,13 +49,11 @@ _HEADER = struct.Struct("<Q")  # each message: its JSON's length, the JSON, the 
 
 def set_decode_processes(on: bool) -> None:
     """Decode the shares of a search on worker processes (``True``, the default) or on
-    threads of this process (``False``)."""
+    threads of this process (``False``; workers already started wait, idle, for ``True``)."""
     global _wanted
     if not isinstance(on, bool):
         raise TypeError(f"set_decode_processes takes True or False, got {on!r}.")
     _wanted = on
-    if not on:
-        shutdown()
 
 
 def get_decode_processes() -> bool:
