@@ -8,6 +8,8 @@ on every core at once: NumPy releases the GIL inside its loops, so threads work 
     for_blocks(kernel, n, row_bytes, xp)    calls kernel(rows) for slices rows covering 0..n
     on_workers(function, items)             [function(item) for item in items], concurrently
     shared_out(task, items)                 the same, for callers that hold BLAS to one thread
+    with as_one_worker():                   this thread works as one busy worker: BLAS on one
+                                            thread, blocks and products in turn on it
 
 ``kernel`` reads and writes only its own rows of the arrays it closes over, so the result is
 the same, bit for bit, as one call on all rows. On CuPy there is nothing to gain (the GPU
@@ -30,10 +32,11 @@ pool it occupies would never be served.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -204,6 +207,20 @@ def _in_grad_mode_of_caller(function: Callable[[Any], Any]) -> Callable[[Any], A
         with set_grad_enabled(grad_enabled):
             return function(item)
     return in_mode
+
+
+@contextlib.contextmanager
+def as_one_worker() -> Iterator[None]:
+    """The calling thread works as one worker among busy ones (decoding's first share, beside
+    shares on other processes): single-threaded BLAS, and its blocks and products in turn on
+    it rather than spread over the pool's threads, whose cores are taken."""
+    on_worker = getattr(_thread, "on_worker", False)
+    with _single_threaded_blas():
+        _thread.on_worker = True
+        try:
+            yield
+        finally:
+            _thread.on_worker = on_worker
 
 
 def on_workers(function: Callable[[Any], Any], items: list) -> list:

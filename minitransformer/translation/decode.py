@@ -185,8 +185,9 @@ def _on_processes(search: Callable[..., list], model: Transformer, src: Tensor, 
         except (OSError, EOFError, ValueError, RuntimeError) as exc:
             _processes.fail(exc)
             return None
-        try:
-            first = search(model, Tensor(src.data[0::n]), limits[0::n], *args)
+        try:  # on this thread alone, as a share on a worker thread would run
+            with _blocks.as_one_worker():
+                first = search(model, Tensor(src.data[0::n]), limits[0::n], *args)
         except BaseException:  # the workers' answers would be read by the next search
             _processes.shutdown()
             raise
@@ -196,7 +197,8 @@ def _on_processes(search: Callable[..., list], model: Transformer, src: Tensor, 
                 shares.append(_processes.collect(worker))
             except (OSError, EOFError, ValueError, RuntimeError) as exc:
                 _processes.fail(exc)  # this share on this thread, later searches on threads
-                shares.append(search(model, Tensor(src.data[i::n]), limits[i::n], *args))
+                with _blocks.as_one_worker():
+                    shares.append(search(model, Tensor(src.data[i::n]), limits[i::n], *args))
             except BaseException:     # Ctrl-C while waiting: answers left unread
                 _processes.shutdown()
                 raise
