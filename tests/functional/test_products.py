@@ -126,3 +126,24 @@ def test_one_worker_and_small_products_never_touch_the_pool(monkeypatch):
     monkeypatch.setattr(_products, "MIN_SPLIT_FLOPS", 0)
     monkeypatch.setattr(_blocks, "WORKERS", 1)
     np.testing.assert_array_equal(_products.matmul(a, b), a @ b)
+
+
+def test_as_one_worker_the_calling_thread_keeps_its_products_and_blocks(monkeypatch):
+    """Decoding's first share, beside shares on worker processes, runs as one busy worker:
+    its products and blocks on the calling thread, BLAS on one thread, all restored after."""
+    def refuse(task, items):
+        raise AssertionError("the pool was used")
+    monkeypatch.setattr(_blocks, "shared_out", refuse)
+    monkeypatch.setattr(_blocks, "WORKERS", 2)
+    monkeypatch.setattr(_products, "MIN_SPLIT_FLOPS", 0)
+    controller = _blocks.blas_controller()
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((4 * _products.MIN_BLOCK_ROWS, 48)), rng.standard_normal((48, 40))
+    seen = []
+    with _blocks.as_one_worker():
+        np.testing.assert_array_equal(_products.matmul(a, b), a @ b)
+        _blocks.for_blocks(seen.append, 100, _blocks.BLOCK_BYTES, np)
+        assert controller.select(user_api="blas").info()[0]["num_threads"] == 1
+    assert len(seen) == 100 and not getattr(_blocks._thread, "on_worker", False)
+    with pytest.raises(AssertionError, match="the pool was used"):
+        _products.matmul(a, b)   # outside, a product this large is split again
