@@ -170,41 +170,40 @@ def _on_cores(search: Callable[..., list], model: Transformer, src: Tensor, limi
 def _on_processes(search: Callable[..., list], model: Transformer, src: Tensor, limits: Any,
                   n: int, args: tuple) -> list | None:
     """The n shares' results, the first decoded here and the others on worker processes
-    (``_processes.py``: no turns at Python's lock), or None where none are ready: then the
-    shares go to threads."""
+    (``_processes.py``: no turns at Python's lock), or None where they cannot take them:
+    then the shares go to threads. A share whose worker failed is decoded here."""
     name = {_greedy: "greedy", _beam_search: "beam"}.get(search)
-    on_numpy = backend.get_array_module(src.data) is backend.get_backend("cpu").xp
-    workers = _processes.workers_for(n) if name is not None and on_numpy else None
-    if workers is None:
+    plain = [_plain(a) for a in args]  # the arguments as JSON values, where they are
+    if (name is None or type(model) is not Transformer  # a subclass may decode otherwise
+            or backend.get_array_module(src.data) is not backend.get_backend("cpu").xp
+            or any(a is _NOT_PLAIN for a in plain)):
         return None
-    plain = [a.item() if hasattr(a, "item") else a for a in args]  # ids may be NumPy ints
-    try:
-        try:
-            for i, worker in enumerate(workers, start=1):
-                _processes.run_share(worker, model, name, src.data[i::n], limits[i::n], plain)
-        except (OSError, EOFError, ValueError, RuntimeError) as exc:
-            _processes.fail(exc)
-            return None
-        try:  # on this thread alone, as a share on a worker thread would run
-            with _blocks.as_one_worker():
-                first = search(model, Tensor(src.data[0::n]), limits[0::n], *args)
-        except BaseException:  # the workers' answers would be read by the next search
-            _processes.shutdown()
-            raise
-        shares = [first]
-        for i, worker in enumerate(workers, start=1):
-            try:
-                shares.append(_processes.collect(worker))
-            except (OSError, EOFError, ValueError, RuntimeError) as exc:
-                _processes.fail(exc)  # this share on this thread, later searches on threads
-                with _blocks.as_one_worker():
-                    shares.append(search(model, Tensor(src.data[i::n]), limits[i::n], *args))
-            except BaseException:     # Ctrl-C while waiting: answers left unread
-                _processes.shutdown()
-                raise
-        return shares
-    finally:
-        _processes.release()
+
+    def share(i: int) -> list:  # on this thread alone, as a share on a worker thread runs
+        with _blocks.as_one_worker():
+            return search(model, Tensor(src.data[i::n]), limits[i::n], *args)
+
+    shares = [(src.data[i::n], limits[i::n]) for i in range(n)]
+    results = _processes.run(model, name, shares, plain, lambda: share(0))
+    if results is not None:
+        results = [found if found is not None else share(i)
+                   for i, found in enumerate(results)]
+    return results
+
+
+_NOT_PLAIN = object()
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as a JSON value (None, a bool, an int or a float; ids may be NumPy ints), or
+    _NOT_PLAIN."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral) or _is_index(value):
+        return operator.index(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return _NOT_PLAIN
 
 
 def _decode_prefix(model: Transformer, prefix: Any, memory: Tensor, src_mask: Any) -> Tensor:

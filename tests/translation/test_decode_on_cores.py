@@ -7,6 +7,8 @@ float64: a product over fewer rows may round its last bit differently (BLAS trea
 past its kernel's block size apart), which float64 keeps far below any gap between scores.
 """
 
+import multiprocessing
+import os
 import time
 
 import numpy as np
@@ -109,23 +111,26 @@ def test_blocks_inside_a_share_run_on_its_own_thread():
 @pytest.fixture
 def processes(monkeypatch):
     """Shares on worker processes (``_processes.py``), started and ready before the test
-    decodes a batch of 40 (without a ready worker a search takes threads)."""
+    decodes a batch of 40 (without ready workers a search takes threads). Yields the list of
+    searches sent to a worker so far."""
     n_shares = min(_blocks.WORKERS, 40 // decode.MIN_SHARE)
     if n_shares < 2:
         pytest.skip("needs two cores")
     monkeypatch.setattr(_processes, "_failed", False)
     _processes.set_decode_processes(True)
     deadline = time.monotonic() + 120
-    while _processes.workers_for(n_shares) is None:
+    while _processes._reserve(n_shares) is None:
         assert time.monotonic() < deadline, "the worker processes did not start in 120 s"
         time.sleep(0.05)
-    _processes.release()
-    collected = []
-    original = _processes.collect
-    monkeypatch.setattr(_processes, "collect",
-                        lambda worker: collected.append(worker) or original(worker))
-    yield collected
+    _processes._lock.release()
+    sent = []
+    original = _processes._search_header
+    monkeypatch.setattr(_processes, "_search_header",
+                        lambda model, search, args: sent.append(search)
+                        or original(model, search, args))
+    yield sent
     _processes.set_decode_processes(False)
+    _processes.shutdown(wait=0)  # the next test starts its own
 
 
 def test_shares_on_worker_processes_are_those_on_threads(model, processes):
@@ -173,7 +178,7 @@ def test_a_worker_that_died_leaves_the_shares_to_threads(model, processes):
         worker.process.wait()
     with pytest.warns(RuntimeWarning, match="searches use threads from now on"):
         found = beam_search(model, src, BOS, BEAM_EOS[0], 4, max_len=12)
-    assert _processes._workers == [] and _processes.workers_for(2) is None
+    assert _processes._workers == [] and _processes._reserve(2) is None
     assert beam_search(model, src, BOS, BEAM_EOS[0], 4, max_len=12) == found
     _processes.set_decode_processes(False)
     assert beam_search(model, src, BOS, BEAM_EOS[0], 4, max_len=12) == found
@@ -185,3 +190,53 @@ def test_switched_off_the_shares_stay_on_threads(model, processes):
     assert processes == []  # no share went to a worker
     with pytest.raises(TypeError, match="True or False"):
         _processes.set_decode_processes("yes")
+
+
+def test_a_subclass_of_the_transformer_decodes_on_threads(processes):
+    class Constrained(Transformer):  # might decode otherwise: a worker builds a Transformer
+        pass
+    with minitransformer.default_dtype("float64"):
+        minitransformer.manual_seed(0)
+        model = Constrained(TransformerConfig.named("tiny", 13, p_dropout=0.0))
+    greedy_decode(model, sources(), BOS, GREEDY_EOS[0], max_len=6)
+    assert processes == []
+
+
+def test_an_answer_to_another_request_is_refused(model, processes):
+    """Each answer names its request: one left unread (by an interrupted search) could
+    otherwise be taken for the next search's."""
+    greedy_decode(model, sources(), BOS, GREEDY_EOS[0], max_len=6)  # the weights are there
+    worker = _processes._workers[0]
+    src, limits = sources(8), np.full(8, 4)
+    header = _processes._search_header(model, "greedy", [BOS, GREEDY_EOS[0], True, False, None])
+    first = worker.ask(header, src, limits)
+    worker.ask(header, src, limits)
+    with pytest.raises(RuntimeError, match=f"answered request {first} where {first + 1}"):
+        worker.answer(first + 1)
+
+
+def _workers_in_child() -> tuple:
+    return len(_processes._workers), _processes._lock.locked(), _processes._sent
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_does_not_share_the_parents_workers(model, processes):
+    greedy_decode(model, sources(), BOS, GREEDY_EOS[0], max_len=6)
+    assert _processes._workers
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_workers_in_child) == (0, False, None)
+
+
+def test_after_a_failure_switching_on_again_tries_again(model, processes):
+    for worker in _processes._workers:
+        worker.process.kill()
+        worker.process.wait()
+    with pytest.warns(RuntimeWarning):
+        greedy_decode(model, sources(), BOS, GREEDY_EOS[0], max_len=6)
+    assert _processes._reserve(2) is None
+    _processes.set_decode_processes(True)
+    deadline = time.monotonic() + 120
+    while _processes._reserve(2) is None:
+        assert time.monotonic() < deadline, "no new worker started in 120 s"
+        time.sleep(0.05)
+    _processes._lock.release()
