@@ -1,5 +1,6 @@
-"""What two decodings at once cost each other: on two threads of one process (what
-`translate`'s shares are) against two processes, beside one decoding alone.
+"""What two decodings at once cost each other: on two threads of one process (what a
+search's shares were, and are with set_decode_processes(False)) against two processes (what
+they are now), beside one decoding alone.
 
     python bench/decode_gil.py        # bench/results/decode_gil.<machine>.json
 
