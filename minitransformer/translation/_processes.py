@@ -8,19 +8,21 @@ So the calling thread decodes the first share and each other share goes to a wor
 of its own, started once and kept:
 
     parent                                   a worker (a Python running serve())
-    model's weights -> one file in /dev/shm  maps the file read-only: a model of the same
-      (again whenever a weight changed)        configuration whose parameters view it
+    the weights -> one file (in /dev/shm)    maps it read-only: a Transformer of the same
+      (again whenever a weight differs)        configuration whose parameters view it
     share i: source ids, limits, search  ->  the same search on that share, one thread
-    its own share meanwhile              <-  the share's results (JSON)
+    its own share meanwhile              <-  the share's results (JSON), naming the request
 
 Nothing is pickled and no code is sent: messages are JSON headers and raw arrays, and the
 worker runs only this module (a worker made by ``multiprocessing`` would import the user's
-own script again). The results are those of the threads' shares (the same code, weights and
-single-threaded BLAS; tests check it). A worker starting up (half a second) leaves the next
-batches on threads until it is ready; one that fails is stopped, its share decoded on a
-thread instead, with one warning, and later searches use threads.
+own script again). With each share go the caller's compiled-kernel switch and weight layout,
+so the tokens are those of the threads' shares (the scores to rounding; tests check it).
+Workers still starting (about 0.2 s) leave the searches on threads until they are ready; a
+worker that fails has its share decoded on the calling thread, with one warning, and later
+searches use threads (until ``set_decode_processes(True)``). Any interruption while the
+workers are in use stops them, so that no answer is left for another search to read.
 MINITRANSFORMER_DECODE_PROCESSES=0 (or ``set_decode_processes(False)``) keeps every share on
-threads.
+threads, as do Windows (select() needs POSIX pipes) and frozen executables.
 """
 
 from __future__ import annotations
