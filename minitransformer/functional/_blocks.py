@@ -110,29 +110,22 @@ def shared_out(task: Callable[[Any], Any], items: list) -> list:
     same numbers, without the pool's threads. The first error stops the others taking items
     and is raised once all have stopped (they may be writing into the caller's arrays)."""
     if SOLO:
-        on_worker = getattr(_thread, "on_worker", False)
-        _thread.on_worker = True
-        try:
+        with _working():
             return [task(item) for item in items]
-        finally:
-            _thread.on_worker = on_worker
     results: list = [None] * len(items)
     take = itertools.count().__next__                  # atomic under the GIL
     failed: list[BaseException] = []
 
     def drain() -> None:
-        on_worker = getattr(_thread, "on_worker", False)
-        _thread.on_worker = True
-        try:
-            while not failed:
-                i = take()
-                if i >= len(items):
-                    return
-                results[i] = task(items[i])
-        except BaseException as error:
-            failed.append(error)
-        finally:
-            _thread.on_worker = on_worker
+        with _working():
+            try:
+                while not failed:
+                    i = take()
+                    if i >= len(items):
+                        return
+                    results[i] = task(items[i])
+            except BaseException as error:
+                failed.append(error)
     helpers = [_executor().submit(drain) for _ in range(min(WORKERS, len(items)) - 1)]
     drain()
     for helper in helpers:
@@ -214,13 +207,19 @@ def as_one_worker() -> Iterator[None]:
     """The calling thread works as one worker among busy ones (decoding's first share, beside
     shares on other processes): single-threaded BLAS, and its blocks and products in turn on
     it rather than spread over the pool's threads, whose cores are taken."""
+    with _single_threaded_blas(), _working():
+        yield
+
+
+@contextlib.contextmanager
+def _working() -> Iterator[None]:
+    """This thread runs a task of the pool (``_thread.on_worker``) inside the block."""
     on_worker = getattr(_thread, "on_worker", False)
-    with _single_threaded_blas():
-        _thread.on_worker = True
-        try:
-            yield
-        finally:
-            _thread.on_worker = on_worker
+    _thread.on_worker = True
+    try:
+        yield
+    finally:
+        _thread.on_worker = on_worker
 
 
 def on_workers(function: Callable[[Any], Any], items: list) -> list:

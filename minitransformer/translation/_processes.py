@@ -205,7 +205,8 @@ def run(model: Any, search: str, shares: list[tuple[np.ndarray, np.ndarray]], ar
     try:
         try:
             _load_weights(workers, model)
-            requests = [worker.ask(_search_header(model, search, args), src, limits)
+            header = _search_header(model, search, args)
+            requests = [worker.ask(header, src, limits)
                         for worker, (src, limits) in zip(workers, shares[1:], strict=True)]
         except (OSError, EOFError, ValueError, TypeError, RuntimeError) as exc:
             _fail(exc)

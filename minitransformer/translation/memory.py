@@ -206,7 +206,9 @@ def decoding_bytes(config: Any, batch: int, source_len: int, output_len: int,
     ``output_len`` tokens each, with ``beam_size`` (1: greedy), beyond the model itself; with
     ``alignments`` hypotheses also the teacher-forced pass that aligns them. On the CPU a
     batch is decoded in shares, one per core, each with its own copy of the stacked
-    self-attention weights (``decode._on_cores``)."""
+    self-attention weights (``decode._on_cores``): bytes summed over the processes that
+    decode them (the caller and its worker processes, ``_processes.py``, each of which also
+    holds some 240 MB of its own)."""
     B, S, L, K, f = batch, max(source_len, 1), max(output_len, 1), beam_size, itemsize
     shares = 1 if gpu else max(1, min(_blocks.WORKERS, B // MIN_SHARE))
     N, C, H, F, V = (config.n_layers, config.d_model, config.n_heads, config.d_ff,

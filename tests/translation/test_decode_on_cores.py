@@ -123,11 +123,13 @@ def processes(monkeypatch):
         assert time.monotonic() < deadline, "the worker processes did not start in 120 s"
         time.sleep(0.05)
     _processes._lock.release()
-    sent = []
-    original = _processes._search_header
-    monkeypatch.setattr(_processes, "_search_header",
-                        lambda model, search, args: sent.append(search)
-                        or original(model, search, args))
+    sent = []  # each share a worker was asked to search
+    original = _processes._Worker.ask
+    def ask(worker, header, *arrays):
+        if "search" in header:
+            sent.append(header["search"])
+        return original(worker, header, *arrays)
+    monkeypatch.setattr(_processes._Worker, "ask", ask)
     yield sent
     _processes.set_decode_processes(False)
     _processes.shutdown(wait=0)  # the next test starts its own
