@@ -10,6 +10,8 @@ The contract (DESIGN.md):
   that are not differentiable (token ids, masks). It never modifies ``douts`` or ``saved``.
 * Calling the Function on Tensors runs ``forward`` and, when a gradient is wanted, records the
   node in the graph; the engine (``engine.py``) later calls ``backward`` and then ``release``.
+  When it records, ``needs_input_grad`` (one bool per input) is set before ``forward`` runs,
+  as PyTorch's ``ctx.needs_input_grad``; without a gradient it keeps its default ``()``.
 * Recording also notes the version (``Tensor._version``) of every input whose memory an
   array of ``saved`` (an array, or tuples and lists of them) shares: ``backward`` may read
   those arrays, so if one of them is updated in place in the meantime (an optimizer step
@@ -65,16 +67,17 @@ class Function:
                    else _as_tensors(inputs, self))
         arrays = [t.data for t in tensors]
         _check_float_dtypes(self, arrays)
+        record = is_grad_enabled() and any(t.requires_grad for t in tensors)
+        if record:  # known to forward too: it may skip or prepare work for backward
+            self.needs_input_grad = tuple(t.requires_grad for t in tensors)
         outputs = self.forward(*arrays)
         single = not isinstance(outputs, tuple)
         outputs = tuple(map(backend.array_result, (outputs,) if single else outputs))
-        record = is_grad_enabled() and any(t.requires_grad for t in tensors)
         if not record:
             self.saved = None  # nobody will call backward: let the cache go now
             results = tuple(Tensor._wrap(y) if backend.is_array(y) else Tensor(y)
                             for y in outputs)
         else:
-            self.needs_input_grad = tuple(t.requires_grad for t in tensors)
             self.next_edges = tuple(t.grad_edge() if t.requires_grad else None for t in tensors)
             self.input_meta = tuple((t.shape, t.dtype) for t in tensors)
             self.input_versions = _saved_input_versions(tensors, self.saved)

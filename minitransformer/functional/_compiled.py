@@ -14,10 +14,10 @@ formulas (tests check them against it, and their gradients against finite differ
 
 What is compiled: the post-LN residual (dropout, sum and layer norm, ``residual.py``), the
 layer norm (``normalization.py``), the feed-forward layer's bias and ReLU and their backward
-(``linalg.py``), the embedding's scatter-add backward (``embedding.py``) and Adam's update
-(``optim.py``). Not the softmax or the loss: their cost is exp, and NumPy's exp
-is vectorised where Numba's, without Intel's SVML, calls the C library once per element
-(ten times slower, measured on the Xeon).
+(``linalg.py``), the embedding's scatter-add backward (``embedding.py``), Adam's update
+(``optim.py``) and the loss's passes before and after its exp (``loss.py``). Not exp itself, nor
+the softmax: NumPy's exp is vectorised where Numba's, without Intel's SVML, calls the C library
+once per element (ten times slower, measured on the Xeon).
 
 Every kernel takes one block of rows (or elements) and releases Python's lock
 (``nogil``): the library's own workers run the blocks (``_blocks.for_blocks``), so the
@@ -230,7 +230,44 @@ def kernels() -> Any:
             m[k], v[k] = mk, vk
             theta[k] -= step * (mk / (math.sqrt(vk) + eps))
 
+    @jit
+    def shift_rows(z, row_max, shifted, sum_z):
+        """Rows (n, V): shifted = z - row_max (row_max (n,) given: NumPy's max is vectorised,
+        a compiled one that keeps NaN is not) and sum_z = Σ_v z_v, in one pass."""
+        n, V = z.shape
+        for i in range(n):
+            m, total = row_max[i], z.dtype.type(0)
+            for j in range(V):
+                total += z[i, j]
+                shifted[i, j] = z[i, j] - m
+            sum_z[i] = total
+
+    @jit
+    def cross_entropy_gradient(e, targets, row_scale, eps, sum_e, with_gradient):
+        """Rows (n, V): sum_e = Σ_v e_v (float64 sums); with_gradient, e becomes in place
+        dz = e · scale / Σe - scale · ε / V, its target entry less scale · (1 - ε), and a row
+        of scale 0 (an ignored target) 0 whatever e holds."""
+        n, V = e.shape
+        zero = e.dtype.type(0)
+        for i in range(n):
+            total = 0.0
+            for j in range(V):
+                total += e[i, j]
+            sum_e[i] = total
+            if not with_gradient:
+                continue
+            scale = row_scale[i]
+            if scale == zero:
+                for j in range(V):
+                    e[i, j] = zero
+                continue
+            factor, smooth = e.dtype.type(scale / sum_e[i]), e.dtype.type(scale * eps / V)
+            for j in range(V):
+                e[i, j] = e[i, j] * factor - smooth
+            e[i, targets[i]] -= e.dtype.type(scale * (1.0 - eps))
+
     return types.SimpleNamespace(
+        shift_rows=shift_rows, cross_entropy_gradient=cross_entropy_gradient,
         residual_forward=residual_forward, residual_backward=residual_backward,
         layer_norm_forward=layer_norm_forward, layer_norm_backward=layer_norm_backward,
         bias_relu=bias_relu, relu_gradient=relu_gradient, scatter_add_rows=scatter_add_rows,

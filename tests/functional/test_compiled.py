@@ -19,7 +19,8 @@ from minitransformer.verify.module_cases import MODULE_CASES, run_module_case
 
 pytest.importorskip("numba")
 
-COMPILED = {"layer_norm", "dropout_add_layer_norm", "embedding", "linear_relu"}
+COMPILED = {"layer_norm", "dropout_add_layer_norm", "embedding", "linear_relu",
+            "cross_entropy"}
 MODULES = {"LayerNorm", "Embedding", "PositionwiseFeedForward", "Residual", "EncoderLayer",
            "DecoderLayer", "Transformer+loss"}
 RNG = np.random.default_rng(0)
@@ -95,6 +96,37 @@ def test_compiled_linear_relu_gives_numpys_numbers(compiled, monkeypatch, dtype)
     np.testing.assert_array_equal(compiled_results[0] == 0, numpy_results[0] == 0)
     for expected, actual in zip(numpy_results, compiled_results, strict=True):
         np.testing.assert_allclose(actual, expected, **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("eps, ignore_index", [(0.0, None), (0.1, 0), (0.2, 3)])
+def test_compiled_cross_entropy_gives_numpys_numbers(compiled, monkeypatch, dtype, eps,
+                                                     ignore_index):
+    """The loss and dz (made in forward, scaled by a dout that is not 1 in backward) as
+    NumPy's, over many blocks of rows, ignored rows 0."""
+    logits = (RNG.standard_normal((5, 60, 37)) * 4).astype(dtype)
+    targets = RNG.integers(0, 37, (5, 60))
+    targets[0, :10] = 0 if ignore_index is None else ignore_index
+
+    def loss(z):
+        return F.cross_entropy(z, targets, label_smoothing=eps, ignore_index=ignore_index)
+    numpy_results, compiled_results = _both_ways(loss, (logits,), monkeypatch)
+    for expected, actual in zip(numpy_results, compiled_results, strict=True):
+        np.testing.assert_allclose(actual, expected, **TOLERANCE[dtype])
+    if ignore_index is not None:
+        assert (compiled_results[1][0, :10] == 0).all()
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_compiled_cross_entropy_lets_nan_and_inf_through(compiled, bad):
+    """A non-finite logit makes the loss non-finite (not the maximum, yet still summed)."""
+    logits = RNG.standard_normal((4, 9)).astype(np.float32)
+    logits[2, 4] = bad
+    z = mt.tensor(logits, requires_grad=True)
+    loss = F.cross_entropy(z, np.arange(4), label_smoothing=0.1)
+    assert not np.isfinite(loss.item())
+    loss.backward()
+    assert np.isfinite(z.grad[[0, 1, 3]]).all()
 
 
 def test_compiled_relu_lets_nan_through_forward_and_backward(compiled):
