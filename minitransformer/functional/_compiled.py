@@ -233,10 +233,11 @@ def kernels() -> Any:
     @jit
     def shift_rows(z, row_max, shifted, sum_z):
         """Rows (n, V): shifted = z - row_max (row_max (n,) given: NumPy's max is vectorised,
-        a compiled one that keeps NaN is not) and sum_z = Σ_v z_v, in one pass."""
+        a compiled one that keeps NaN is not) and sum_z = Σ_v z_v (float64 sums), in one
+        pass."""
         n, V = z.shape
         for i in range(n):
-            m, total = row_max[i], z.dtype.type(0)
+            m, total = row_max[i], 0.0
             for j in range(V):
                 total += z[i, j]
                 shifted[i, j] = z[i, j] - m
