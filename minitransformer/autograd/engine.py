@@ -84,6 +84,22 @@ def _check_versions(node: Any) -> None:
                 "the update.")
 
 
+def _added(a: Any, b: Any) -> Any:
+    """a + b, a new array."""
+    return a + b
+
+
+_sum = _added  # how two gradients of one tensor are summed (set_gradient_sum)
+
+
+def set_gradient_sum(function: Any) -> None:
+    """Sum the gradients that reach one tensor with ``function(a, b)``, which returns a new
+    array (never written into a or b: backward outputs may alias each other). The functional
+    floor, which owns the worker threads, installs one that adds large arrays on them."""
+    global _sum
+    _sum = function
+
+
 def _send(edge: Any, grad: Any, pending: dict) -> None:
     """Deliver ``grad`` along ``edge``: into a node's pending slot or a leaf's ``.grad``."""
     if isinstance(edge, tuple):
@@ -91,7 +107,7 @@ def _send(edge: Any, grad: Any, pending: dict) -> None:
         slots = pending.setdefault(node, [None] * len(node.output_meta))
         # A new array on the second use: backward outputs may alias each other (add returns
         # dout for both inputs), so never add in place into an array somebody else holds.
-        slots[index] = grad if slots[index] is None else slots[index] + grad
+        slots[index] = grad if slots[index] is None else _sum(slots[index], grad)
     else:  # a leaf tensor
         leaf = edge
         if leaf.grad is None:

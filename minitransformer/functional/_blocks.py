@@ -42,6 +42,7 @@ from typing import Any
 
 from threadpoolctl import ThreadpoolController
 
+from .. import backend
 from ..autograd.grad_mode import is_grad_enabled, set_grad_enabled
 from . import _cuda
 
@@ -260,6 +261,25 @@ def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any,
         return
     with _single_threaded_blas():
         shared_out(kernel, blocks)                      # re-raises a kernel's error
+
+
+MIN_SUM_BYTES = 1 << 20  # smaller sums take NumPy's a + b on the calling thread
+
+
+def added(a: Any, b: Any) -> Any:
+    """a + b in a new array, on blocks of elements on the worker threads where both are
+    NumPy arrays of one shape, dtype and C order of at least MIN_SUM_BYTES: the gradients
+    that reach a tensor used twice (the residual stream of every layer: 4 MB each in a
+    `small` step), which the engine sums (``autograd.engine.set_gradient_sum``)."""
+    numpy = backend.get_backend("cpu").xp
+    if (type(a) is not numpy.ndarray or type(b) is not numpy.ndarray or a.shape != b.shape
+            or a.dtype != b.dtype or a.nbytes < MIN_SUM_BYTES
+            or not (a.flags.c_contiguous and b.flags.c_contiguous)):
+        return a + b
+    xp = numpy
+    out = xp.empty_like(a)
+    for_element_blocks(lambda a, b, out: xp.add(a, b, out=out), (a, b, out), xp)
+    return out
 
 
 def for_element_blocks(kernel: Callable[..., Any], arrays: tuple, xp: Any) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from .. import backend
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
+from ._blocks import for_blocks
 from ._broadcast import broadcast_shapes, match_float_dtypes, sum_to
 
 
@@ -125,7 +126,23 @@ class Split(Function):
 
     def backward(self, *douts):
         # fwd: (y_1, ..., y_n) = split(a)  ->  da = concat(dy_1, ..., dy_n)
-        return backend.get_array_module(douts[0]).concatenate(douts, axis=self.axis)
+        xp = backend.get_array_module(douts[0])
+        axis = self.axis % douts[0].ndim
+        if axis == 0 or xp is not backend.get_backend("cpu").xp:
+            return xp.concatenate(douts, axis=axis)
+        # along a later axis (multi-head attention's dq, dk, dv into the fused projection's
+        # gradient): copied on blocks of the first axis on the worker threads
+        widths = [d.shape[axis] for d in douts]
+        da = xp.empty(douts[0].shape[:axis] + (sum(widths),) + douts[0].shape[axis + 1:],
+                      dtype=douts[0].dtype)
+        starts = [sum(widths[:i]) for i in range(len(widths) + 1)]
+        before = (slice(None),) * (axis - 1)
+
+        def copy(rows):
+            for d, start, stop in zip(douts, starts[:-1], starts[1:], strict=True):
+                da[(rows, *before, slice(start, stop))] = d[rows]
+        for_blocks(copy, da.shape[0], da[0].nbytes if len(da) else 0, xp)
+        return da
 
 
 class Where(Function):

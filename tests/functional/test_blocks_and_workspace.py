@@ -132,3 +132,35 @@ def test_sum_last_equals_numpy_sum_for_stacked_matrices(layout):
     total = sum_last(x)
     assert total.shape == x.shape[:-1]
     np.testing.assert_allclose(total, x.sum(axis=-1), rtol=1e-12, atol=1e-12)
+
+
+def test_the_engines_sum_of_large_gradients_is_a_new_array_on_blocks(monkeypatch):
+    """Gradients that reach one tensor are summed on the worker threads when large, into a
+    new array: neither term is written (Add hands the same dout to both of its inputs)."""
+    monkeypatch.setattr(_blocks, "WORKERS", 2)
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((600, 512)).astype(np.float32) for _ in range(2))
+    a_before, b_before = a.copy(), b.copy()
+    total = _blocks.added(a, b)
+    assert a.nbytes >= _blocks.MIN_SUM_BYTES and total is not a and total is not b
+    np.testing.assert_array_equal(total, a_before + b_before)
+    np.testing.assert_array_equal(a, a_before)
+    np.testing.assert_array_equal(b, b_before)
+    np.testing.assert_array_equal(_blocks.added(a.T, b.T), a.T + b.T)   # not C order: a + b
+    x = mt.tensor(a, requires_grad=True)
+    y = F.add(x, x) * 3.0                  # x reaches Add twice: its gradients are summed
+    dout = rng.standard_normal(a.shape).astype(np.float32)
+    y.backward(mt.tensor(dout))
+    np.testing.assert_allclose(x.grad, 6.0 * dout, rtol=1e-6)
+
+
+@pytest.mark.parametrize("axis", [1, 2, -1])
+def test_split_backward_on_blocks_is_the_concatenation(monkeypatch, axis):
+    monkeypatch.setattr(_blocks, "BLOCK_BYTES", 1)
+    monkeypatch.setattr(_blocks, "WORKERS", 2)
+    rng = np.random.default_rng(1)
+    a = mt.tensor(rng.standard_normal((5, 6, 9)), requires_grad=True)
+    parts = F.split(a, 3, axis=axis)
+    douts = [rng.standard_normal(p.shape) for p in parts]
+    sum((p * mt.tensor(d)).sum() for p, d in zip(parts, douts, strict=True)).backward()
+    np.testing.assert_array_equal(a.grad, np.concatenate(douts, axis=axis))
