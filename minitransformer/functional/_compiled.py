@@ -15,7 +15,8 @@ formulas (tests check them against it, and their gradients against finite differ
 What is compiled: the post-LN residual (dropout, sum and layer norm, ``residual.py``), the
 layer norm (``normalization.py``), the feed-forward layer's bias and ReLU and their backward
 (``linalg.py``), the embedding's scatter-add backward (``embedding.py``), Adam's update
-(``optim.py``) and the loss's passes before and after its exp (``loss.py``). Not exp itself, nor
+(``optim.py``), the loss's passes before and after its exp (``loss.py``) and dropout's
+random words (``dropout.py``). Not exp itself, nor
 the softmax: NumPy's exp is vectorised where Numba's, without Intel's SVML, calls the C library
 once per element (ten times slower, measured on the Xeon).
 
@@ -267,8 +268,23 @@ def kernels() -> Any:
                 e[i, j] = e[i, j] * factor - smooth
             e[i, targets[i]] -= e.dtype.type(scale * (1.0 - eps))
 
+    @jit
+    def splitmix_words(key, first, out):
+        """out[i] = SplitMix64's word first + i of ``key``: mix(key + (first + i + 1) γ), as
+        dropout.py's NumPy code (uint64 throughout: a signed operand would make it float)."""
+        u64 = numba.uint64
+        gamma, mix_1, mix_2 = u64(0x9E3779B97F4A7C15), u64(0xBF58476D1CE4E5B9), \
+            u64(0x94D049BB133111EB)
+        base = u64(key) + u64(first + 1) * gamma
+        for i in range(out.shape[0]):
+            z = base + u64(i) * gamma
+            z = (z ^ (z >> u64(30))) * mix_1
+            z = (z ^ (z >> u64(27))) * mix_2
+            out[i] = z ^ (z >> u64(31))
+
     return types.SimpleNamespace(
-        shift_rows=shift_rows, cross_entropy_gradient=cross_entropy_gradient,
+        splitmix_words=splitmix_words, shift_rows=shift_rows,
+        cross_entropy_gradient=cross_entropy_gradient,
         residual_forward=residual_forward, residual_backward=residual_backward,
         layer_norm_forward=layer_norm_forward, layer_norm_backward=layer_norm_backward,
         bias_relu=bias_relu, relu_gradient=relu_gradient, scatter_add_rows=scatter_add_rows,

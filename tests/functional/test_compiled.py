@@ -12,6 +12,7 @@ import minitransformer as mt
 from minitransformer import backend
 from minitransformer import functional as F
 from minitransformer.functional import _blocks, _compiled, _workspace
+from minitransformer.functional.dropout import _splitmix_words, draw_levels
 from minitransformer.nn import Transformer, TransformerConfig
 from minitransformer.optim import Adam
 from minitransformer.verify.function_cases import CASES, run_case
@@ -344,3 +345,25 @@ def test_the_environment_variable_switches_them_off(monkeypatch, value, expected
                           "print(mt.get_compiled_kernels())"],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == str(expected)
+
+
+@pytest.mark.parametrize("blocks", [None, 64])
+def test_dropout_words_are_splitmix64_on_either_path(compiled, monkeypatch, blocks):
+    """The same bits compiled or in NumPy, whatever the blocks and threads: SplitMix64's
+    published first word for the state 1234567, and one seed's mask everywhere."""
+    words = np.empty(3, np.uint64)
+    _compiled.kernels().splitmix_words(np.uint64(1234567), 0, words)
+    assert words[0] == 6457827717110365317
+    reference = np.empty(3, np.uint64)
+    _splitmix_words(np.array([1234567], np.uint64), 0, reference, np)
+    np.testing.assert_array_equal(words, reference)
+    masks = []
+    for on in (True, False):
+        if blocks:
+            monkeypatch.setattr(_blocks, "BLOCK_BYTES", blocks)
+            monkeypatch.setattr(_blocks, "WORKERS", 2)
+        mt.set_compiled_kernels(on)
+        mt.manual_seed(5)
+        masks.append(draw_levels("cpu", (37, 50), np))
+    np.testing.assert_array_equal(masks[0], masks[1])
+    assert masks[0].dtype == np.uint16 and abs(masks[0].mean() / 65536 - 0.5) < 0.02
