@@ -96,7 +96,8 @@ for i in range(len(src)):
 # values of $\alpha$ give the same outputs. The fast mode's model, trained for 200 steps, is
 # unsure everywhere, and there $\alpha$ already lengthens some outputs of length-7 sources.
 # Sources of length 11, longer than anything it was trained on, are another matter even for
-# the trained model: there it tends to stop too early, and the penalty pushes back.
+# the trained model: there it tends to stop too early, and the penalty pushes back, at
+# $\alpha = 1.5$ and 3 past the source's length for some.
 
 # %%
 long_src = rng.integers(4, VOCAB, size=(8, 11))         # longer than any training sequence
@@ -136,10 +137,11 @@ else:
 # %% [markdown]
 # ## What else the beam found: n-best lists
 #
-# A search of beam size $k$ ends with up to $k$ finished hypotheses for each sentence, and
-# the one returned is only the best of them. `n_best` returns the list, best first: each
-# hypothesis with its $\log P$, its score $\log P / lp(|Y|)$ (what the search ranked by), and
-# the log-probability of each token, the end token included, given the tokens before it.
+# A search of beam size $k$ ends with up to $k$ hypotheses for each sentence, finished ones
+# and, if fewer than $k$ finished by the length limit, ones cut there; the one returned is
+# only the best of them. `n_best` returns the list, best first: each hypothesis with its
+# $\log P$, its score $\log P / lp(|Y|)$ (what the search ranked by), and the log-probability
+# of each token, the end token included where there is one, given the tokens before it.
 # The list below is for the first length-11 source at $\alpha = 0.6$.
 
 # %%
@@ -155,9 +157,10 @@ print(f"their sum {sum(best.token_log_probs):.4f}; log P by the full decoder "
       f"{log_prob(long_src[0], best.tokens, limit=long_src.shape[1] + 5):.4f}")
 
 # %% [markdown]
-# The list is in the order of the scores, the order of the search. The per-token
-# log-probabilities show where the model hesitated (the most negative ones), and they add up
-# to the $\log P$ that the full, uncached decoder gives the same output: the cache and the
+# The list is in the order of the search: the finished hypotheses by their scores, then any
+# cut at the limit, as the last one here. The per-token log-probabilities show where the
+# model hesitated (the most negative ones), and they add up to the $\log P$ that the full,
+# uncached decoder gives the same output: the cache and the
 # bookkeeping of the search change nothing in them. From the command line,
 # `minitransformer translate --n-best 4` prints such a list for text, with the scores, and
 # `--json` everything above, with the pieces of the text (the formats are in `docs/cli.md`).

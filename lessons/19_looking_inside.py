@@ -101,8 +101,10 @@ figure = viz.attention_heads(cross, output_tokens, source_tokens,
 # Averaging the cross-attention heads and taking, for each output piece, the source piece it
 # attends to most gives a rough word alignment. A piece is produced by the step *before* it:
 # row k of the picture is the decoder reading piece k (row 0 reads `<s>`) to predict piece
-# k + 1, so piece k + 1 is paired with row k. Where Velish moves the verb to the end of the
-# subordinate clause, the alignment jumps back and forth across the source.
+# k + 1, so piece k + 1 is paired with row k. Some pairs are a word and its translation
+# (`bor` and `farmer`, `lisela` and `girls`); in the subordinate clause, after `ke`, where
+# Velish orders the words differently (its verb goes to the end), the alignment jumps back and
+# forth across the source.
 
 # %%
 alignment = cross.mean(axis=0).argmax(axis=1)   # (output length + 1,) one source position a row

@@ -490,10 +490,10 @@ for step in range(steps):
           f"single process {apart:.0e}")
 
 # %% [markdown]
-# The losses agree, and the two replicas hold identical weights after every step (difference
-# 0: the ring gives both the same bits). The single process's weights are not quite the
-# replicas', though: they drift apart by up to about $10^{-3}$ in the full mode's 8 steps,
-# far more than float32's rounding. Which weights?
+# The losses agree to five digits or more, and the two replicas hold identical weights after
+# every step (difference 0: the ring gives both the same bits). The single process's weights
+# are not quite the replicas', though: they drift apart, a little more at every step, by up to
+# about $10^{-3}$ in the full mode's 8 steps, far more than float32's rounding. Which weights?
 
 # %%
 difference = np.concatenate([np.abs(a.data - b.data).ravel() for a, b in
@@ -505,14 +505,18 @@ print(f"{moved.sum()} of {moved.size:,} weights differ by more than 1e-6; the me
       f"{np.median(gradient[~moved]):.0e} at the others")
 
 # %% [markdown]
-# About two hundred weights, whose gradients are about $10^{-10}$: rounding noise around zero.
-# The two runs add the same four batch gradients in another order,
-# $(g_0 + g_2) + (g_1 + g_3)$ against $((g_0 + g_1) + g_2) + g_3$, so they differ in the last
-# bits; where the gradient is nearly zero those bits are all there is, and Adam, whose step is
-# about the learning rate whatever the gradient's size (chapter 13), moves such a weight by a
-# full step in a direction the rounding chose. The model's function hardly notices (the
-# losses), and neither run is more right than the other: both add the same numbers, in
-# different orders.
+# Nearly thirty thousand by the full mode's step 8, two weights in five, and their gradients
+# are as large as the others'. It starts small ($2 \times 10^{-6}$ after step 1). The two
+# runs add the same four batch gradients in another order, $(g_0 + g_2) + (g_1 + g_3)$
+# against $((g_0 + g_1) + g_2) + g_3$, so their sums differ in float32's last bits. Where the
+# true gradient is zero those bits are all there is: in the biases of the attention keys, for
+# one, since a key bias shifts all of a query's scores by the same amount, which the softmax
+# ignores (chapter 4). Adam, whose step is about the learning rate whatever the gradient's
+# size (chapter 13), moves such a weight by a full step in a direction the rounding chose. A
+# different key bias rounds the attention scores differently; those differences reach every
+# gradient of the next step, and so on: as floating-point differences do in training, they
+# grow and spread, step by step, while the losses still agree. Neither run is more right than
+# the other: both add the same numbers, in different orders.
 #
 # ## Exercises
 #
