@@ -15,8 +15,9 @@ formulas (tests check them against it, and their gradients against finite differ
 What is compiled: the post-LN residual (dropout, sum and layer norm, ``residual.py``), the
 layer norm (``normalization.py``), the feed-forward layer's bias and ReLU and their backward
 (``linalg.py``), the embedding's scatter-add backward (``embedding.py``), Adam's update
-(``optim.py``), the loss's passes before and after its exp (``loss.py``) and dropout's
-random words (``dropout.py``). Not exp itself, nor
+(``optim.py``), the loss's passes before and after its exp (``loss.py``), dropout's
+random words (``dropout.py``) and beam search's gather-and-append of the keys and values it
+keeps (``nn/attention.py``). Not exp itself, nor
 the softmax: NumPy's exp is vectorised where Numba's, without Intel's SVML, calls the C library
 once per element (ten times slower, measured on the Xeon).
 
@@ -282,8 +283,26 @@ def kernels() -> Any:
             z = (z ^ (z >> u64(27))) * mix_2
             out[i] = z ^ (z >> u64(31))
 
+    @jit
+    def gather_append(kept, index, new, out):
+        """out[r] = concat(kept[index[r]], new[r]) along the positions (axis 2), each
+        position copied once: kept (B, H, S, D), new (B', H, T, D), out (B', H, S + T, D)."""
+        n, H, S, D = kept.shape[0], kept.shape[1], kept.shape[2], kept.shape[3]
+        T = new.shape[2]
+        for r in range(index.shape[0]):
+            row = index[r]
+            if row < 0:
+                row += n
+            for h in range(H):
+                for s in range(S):
+                    for d in range(D):
+                        out[r, h, s, d] = kept[row, h, s, d]
+                for s in range(T):
+                    for d in range(D):
+                        out[r, h, S + s, d] = new[r, h, s, d]
+
     return types.SimpleNamespace(
-        splitmix_words=splitmix_words, shift_rows=shift_rows,
+        gather_append=gather_append, splitmix_words=splitmix_words, shift_rows=shift_rows,
         cross_entropy_gradient=cross_entropy_gradient,
         residual_forward=residual_forward, residual_backward=residual_backward,
         layer_norm_forward=layer_norm_forward, layer_norm_backward=layer_norm_backward,

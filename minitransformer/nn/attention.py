@@ -19,6 +19,7 @@ from .. import backend
 from .. import functional as F
 from ..autograd.grad_mode import is_grad_enabled
 from ..autograd.tensor import Tensor
+from ..functional import _compiled
 from ..functional._layout import laid_out
 from .layers import Linear, check_sizes
 from .module import Module
@@ -41,21 +42,57 @@ class KVCache:
     with gradients, so that the graph reaches every step's projections; and after a
     ``reorder``, since beam search gathers the rows it keeps into new arrays at every step
     anyway, and new buffers each time would cost more (fresh memory faulted in) than the
-    concatenation.
+    concatenation. Without gradients, with the compiled kernels, a ``reorder`` waits for the
+    next ``extend``, which then gathers the kept rows and appends the new positions in one
+    copy into one new array (``_gather_append``), where gathering and then concatenating
+    copied every position twice (beam search 1.04× as fast on one core); ``k`` and ``v``
+    read in between are gathered first.
     """
 
     def __init__(self, room: int = 0) -> None:
-        self.k: Any = None  # (B, H, S, D) Tensor
-        self.v: Any = None
+        self._k: Any = None  # (B, H, S, D) Tensor
+        self._v: Any = None
         self.stacked: Any = None  # (weight (n·C, C), bias (n·C,)) Tensors, or None
         self.room = room          # positions the buffers are made for (0: no buffers)
         self._buffers: Any = None  # (k, v) arrays (B, H, room, D) that k and v view
+        self._index: Any = None    # rows a reorder keeps, not yet gathered (B',) or None
+
+    @property
+    def k(self) -> Any:
+        self._gather()
+        return self._k
+
+    @k.setter
+    def k(self, k: Any) -> None:
+        self._gather()
+        self._k = k
+
+    @property
+    def v(self) -> Any:
+        self._gather()
+        return self._v
+
+    @v.setter
+    def v(self, v: Any) -> None:
+        self._gather()
+        self._v = v
+
+    def _gather(self) -> None:
+        """The rows a waiting reorder keeps, gathered now."""
+        if self._index is not None:
+            index, self._index = self._index, None
+            self._k, self._v = self._k[index], self._v[index]
 
     def extend(self, k: Any, v: Any) -> tuple[Any, Any, Any]:
         """Self-attention: append the new positions' keys and values (B, H, T, D) to those
         kept; what the queries attend to: all keys and values so far, and a mask of the keys
         they may see (None: all of them). ``translation/graphs.py`` has a cache of fixed
         shapes with the same methods, which masks the positions not yet written."""
+        if self._index is not None and not is_grad_enabled():  # a reorder waits: one copy
+            index, self._index = self._index, None
+            self._k, self._v = (Tensor(_gather_append(old.data, index, new.data))
+                                for old, new in ((self._k, k), (self._v, v)))
+            return self._k, self._v, None                                     # (B, H, S, D)
         if is_grad_enabled() or not self.room or (self.k is not None and self._buffers is None):
             if self.k is not None:
                 k = F.concat([self.k, k], axis=2)                             # (B, H, S, D)
@@ -78,10 +115,17 @@ class KVCache:
 
     def reorder(self, index: Any) -> None:
         """Keep batch rows ``index`` (beam search reorders hypotheses every step): gathered
-        into new arrays, to which the next steps concatenate."""
-        if self.k is not None:
-            self.k, self.v = self.k[index], self.v[index]
-            self._buffers = None
+        into new arrays, to which the next steps concatenate; without gradients, gathered by
+        the next ``extend`` as it appends (or when ``k`` or ``v`` is read)."""
+        if self._k is None:
+            return
+        self._buffers = None
+        xp = backend.get_array_module(self._k.data)
+        if is_grad_enabled() or not _compiled.enabled(xp, self._k.data):
+            self._gather()  # (NumPy's gather then concatenation would hold one copy more)
+            self._k, self._v = self._k[index], self._v[index]
+        else:  # a reorder of a waiting one keeps its rows of those rows
+            self._index = index if self._index is None else self._index[index]
 
     def move_rows(self, sources: Any, targets: Any, n: int) -> None:
         """Rows ``sources`` copied onto rows ``targets``, then the first ``n`` rows kept (a
@@ -94,6 +138,22 @@ class KVCache:
             self.k, self.v = self.k[:n], self.v[:n]
             if self._buffers is not None:
                 self._buffers = tuple(buffer[:n] for buffer in self._buffers)
+
+
+def _gather_append(kept: Any, index: Any, new: Any) -> Any:
+    """concat(kept[index], new) along the positions in one new array: kept (B, H, S, D),
+    index (B',), new (B', H, T, D) -> (B', H, S + T, D); compiled (one copy of each
+    position), or NumPy's gather then concatenation where the kernel does not apply."""
+    xp = backend.get_array_module(kept)
+    index = xp.asarray(index)
+    B, H, S, D = kept.shape
+    if (not _compiled.enabled(xp, kept, new) or kept.dtype != new.dtype
+            or index.dtype.kind not in "iu" or index.ndim != 1
+            or (index.size and not -B <= int(index.min()) <= int(index.max()) < B)):
+        return xp.concatenate([kept[index], new], axis=2)  # NumPy's errors for bad rows
+    out = xp.empty((len(index), H, S + new.shape[2], D), dtype=kept.dtype)
+    _compiled.kernels().gather_append(kept, index.astype(xp.int64, copy=False), new, out)
+    return out
 
 
 class MultiHeadAttention(Module):

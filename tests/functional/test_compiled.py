@@ -367,3 +367,14 @@ def test_dropout_words_are_splitmix64_on_either_path(compiled, monkeypatch, bloc
         masks.append(draw_levels("cpu", (37, 50), np))
     np.testing.assert_array_equal(masks[0], masks[1])
     assert masks[0].dtype == np.uint16 and abs(masks[0].mean() / 65536 - 0.5) < 0.02
+
+
+def test_compiled_gather_append_is_numpys_gather_then_concatenation(compiled):
+    """Beam search's kept keys and values and the new positions, copied once: the same
+    array as kept[index] then concatenate, negative rows and a strided new included."""
+    from minitransformer.nn.attention import _gather_append
+    kept = RNG.standard_normal((5, 2, 3, 4)).astype(np.float32)
+    new = RNG.standard_normal((4, 1, 2, 4)).astype(np.float32).transpose(0, 2, 1, 3)
+    index = np.array([4, 0, -1, 2])
+    np.testing.assert_array_equal(_gather_append(kept, index, new),
+                                  np.concatenate([kept[index], new], axis=2))

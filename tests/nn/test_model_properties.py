@@ -230,6 +230,55 @@ def test_cache_reorder_follows_a_permutation_of_the_batch(device):
     assert_allclose(rest, expected[:, 3:], atol=ATOL, rtol=0)
 
 
+def test_a_reorder_without_gradients_waits_for_the_next_positions(device, compiled):
+    """Without gradients (with the compiled kernels, on the CPU) a reorder is gathered as
+    the next step's keys and values are appended (one copy): two reorders in a row compose,
+    reading k in between gathers it, and the cache holds the same numbers as gathering at
+    once with gradients on."""
+    model = small_model()
+    src = ids([[5, 3, 7, 2, 9], [4, 8, 1, 0, 0], [6, 6, 2, 11, 0]])
+    tgt = ids([[1, 4, 6, 2, 7], [1, 9, 5, 11, 2], [1, 3, 3, 12, 8]])
+    first, second = np.array([2, 0, 1, 1]), np.array([3, 0, 2])
+    keep = first[second]                                      # the rows both keep: [1, 2, 1]
+    src_mask = model.source_mask(src)
+    memory = model.encode(src, src_mask)
+    eager, waiting, read = model.new_cache(), model.new_cache(), model.new_cache()
+    with mt.no_grad():
+        for cache in (eager, waiting, read):
+            model.decode(tgt[:, :3], memory, src_mask, cache)
+        for cache in (waiting, read):
+            cache.reorder(first)
+            cache.reorder(second)
+        kept_k = read.layers[0][0].k.numpy()                  # read before the next step
+    with mt.enable_grad():
+        eager.reorder(keep)
+    assert_array_equal(kept_k, eager.layers[0][0].k.numpy())
+    memory, src_mask = memory[keep], model.source_mask(src[keep])
+    with mt.no_grad():
+        outs = [model.decode(tgt[keep, 3:], memory, src_mask, cache).numpy()
+                for cache in (eager, waiting, read)]
+    for out in outs[1:]:
+        assert_array_equal(out, outs[0])
+    for layers in (waiting.layers, read.layers):
+        for (self_cache, _), (self_eager, _) in zip(layers, eager.layers, strict=True):
+            assert_array_equal(self_cache.k.numpy(), self_eager.k.numpy())
+            assert_array_equal(self_cache.v.numpy(), self_eager.v.numpy())
+    expected, _, _ = full_and_memory(model, src[keep], tgt[keep])
+    assert_allclose(outs[0], expected[:, 3:], atol=ATOL, rtol=0)
+
+
+def test_a_waiting_reorder_of_rows_out_of_range_is_refused(device, compiled):
+    model = small_model()
+    src, tgt = ids([[5, 3, 7], [4, 8, 1]]), ids([[1, 4, 6], [1, 9, 5]])
+    src_mask = model.source_mask(src)
+    memory = model.encode(src, src_mask)
+    cache = model.new_cache()
+    with mt.no_grad(), pytest.raises(IndexError):  # at the reorder, or when it is gathered
+        model.decode(tgt[:, :2], memory, src_mask, cache)
+        cache.reorder(np.array([0, 2]))
+        model.decode(tgt[:, 2:], memory, src_mask, cache)
+
+
 def test_cache_move_rows_keeps_the_rows_going_as_reorder_would(device):
     """Greedy decoding drops finished sentences with move_rows: rows 3 and 4 (still going)
     onto rows 0 and 2 (finished), then the first three rows, the same cache as reorder with
