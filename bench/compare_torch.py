@@ -26,7 +26,8 @@ One run measures, in order:
 4. Peak memory of two training steps, each implementation in a fresh subprocess (after one
    step of a tiny model, which loads its code).
 5. Decoding: greedy and beam search, with and without the key/value cache, the same
-   algorithm on both sides (torch_model.py ports translation/decode.py), each case
+   algorithm on both sides (torch_model.py ports translation/decode.py; minitransformer's
+   weights frozen once a run, as translate freezes them for its batches), each case
    --decode-repeats times per side, alternating run by run (--decode-alternation batch: batch
    by batch), in batches of the size minitransformer's translate takes (128 sentences per
    CPU thread, at most 256; --decode-batch for another, the same for both), and a forced
@@ -82,6 +83,7 @@ import minitransformer as mt
 from minitransformer import backend
 from minitransformer import functional as F
 from minitransformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from minitransformer.functional._layout import frozen_weights
 from minitransformer.nn import Transformer, TransformerConfig
 from minitransformer.optim import Adam
 from minitransformer.translation.checkpoint import load_checkpoint, restore_model
@@ -501,13 +503,18 @@ def decode_batch(impl: str, model, src, algorithm: str, use_cache: bool, args,
 
 def decode_all(impl: str, model, batches: list, algorithm: str, use_cache: bool, args,
                eos_id: int = EOS_ID, max_len: int | None = None) -> tuple[float, list]:
-    """Seconds to decode every batch, and the hypotheses (token id lists) in batch order."""
+    """Seconds to decode every batch, and the hypotheses (token id lists) in batch order.
+    minitransformer's weights are frozen once for all the batches, as ``translate`` freezes
+    them for its batches: the transposed copies that small products read are made once."""
     hyps: list[list[int]] = []
 
     def run():
-        for src in batches:
-            hyps.extend(decode_batch(impl, model, src, algorithm, use_cache, args, eos_id,
-                                     max_len))
+        frozen = contextlib.nullcontext() if impl == "torch" else \
+            frozen_weights(p.data for p in model.parameters())
+        with frozen:
+            for src in batches:
+                hyps.extend(decode_batch(impl, model, src, algorithm, use_cache, args, eos_id,
+                                         max_len))
 
     return timed(run, args.device), hyps
 
