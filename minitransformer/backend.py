@@ -118,6 +118,8 @@ def available_devices() -> list[str]:
 
 def get_backend(device: str | None = None) -> Backend:
     """The backend of ``device`` (default: the current device)."""
+    if type(device) is str and device in _backends:  # "cpu", asked for at every operation
+        return _backends[device]
     name = current_device() if device is None else _check_name(device)
     if name not in _backends:
         _backends[name] = _FACTORIES[name]()

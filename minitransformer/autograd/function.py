@@ -63,21 +63,29 @@ class Function:
         self.released = True
 
     def __call__(self, *inputs: Any) -> Any:
-        tensors = (inputs if all(isinstance(x, Tensor) for x in inputs)
-                   else _as_tensors(inputs, self))
+        tensors = inputs
+        for x in inputs:
+            if not isinstance(x, Tensor):
+                tensors = _as_tensors(inputs, self)
+                break
         arrays = [t.data for t in tensors]
         _check_float_dtypes(self, arrays)
-        record = is_grad_enabled() and any(t.requires_grad for t in tensors)
+        record = False
+        if is_grad_enabled():
+            for t in tensors:
+                if t.requires_grad:
+                    record = True
+                    break
         if record:  # known to forward too: it may skip or prepare work for backward
             self.needs_input_grad = tuple(t.requires_grad for t in tensors)
         outputs = self.forward(*arrays)
         single = not isinstance(outputs, tuple)
-        outputs = tuple(map(backend.array_result, (outputs,) if single else outputs))
-        if not record:
+        if not record:  # decoding's case, kept short: it runs for every operation of a step
             self.saved = None  # nobody will call backward: let the cache go now
-            results = tuple(Tensor._wrap(y) if backend.is_array(y) else Tensor(y)
-                            for y in outputs)
+            results = ((_result(backend.array_result(outputs)),) if single else
+                       tuple(_result(backend.array_result(y)) for y in outputs))
         else:
+            outputs = tuple(map(backend.array_result, (outputs,) if single else outputs))
             self.next_edges = tuple(t.grad_edge() if t.requires_grad else None for t in tensors)
             self.input_meta = tuple((t.shape, t.dtype) for t in tensors)
             self.input_versions = _saved_input_versions(tensors, self.saved)
@@ -95,6 +103,11 @@ class Function:
 
     def __repr__(self) -> str:
         return f"<{self.name}{' (released)' if self.released else ''}>"
+
+
+def _result(y: Any) -> Tensor:
+    """An output that nobody will differentiate, as a Tensor."""
+    return Tensor._wrap(y) if backend.is_array(y) else Tensor(y)
 
 
 def _saved_input_versions(tensors: list[Tensor], saved: Any) -> tuple:
