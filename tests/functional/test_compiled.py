@@ -118,6 +118,18 @@ def test_compiled_cross_entropy_gives_numpys_numbers(compiled, monkeypatch, dtyp
         assert (compiled_results[1][0, :10] == 0).all()
 
 
+def test_compiled_cross_entropy_gives_ignored_rows_zero_gradient_whatever_they_hold(compiled):
+    """Padding rows are left out: NaN logits there (a broken value only padding touched)
+    change neither the loss nor the other rows' gradient, and their own is 0, not 0 · NaN."""
+    logits = RNG.standard_normal((4, 5)).astype(np.float32)
+    logits[2:] = np.nan
+    z = mt.tensor(logits, requires_grad=True)
+    loss = F.cross_entropy(z, np.array([2, 3, 0, 0]), label_smoothing=0.1, ignore_index=0)
+    assert np.isfinite(loss.item())
+    loss.backward()
+    assert np.isfinite(z.grad).all() and not z.grad[2:].any() and z.grad[:2].any()
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_compiled_cross_entropy_lets_nan_and_inf_through(compiled, bad):
     """A non-finite logit makes the loss non-finite (not the maximum, yet still summed)."""
