@@ -15,14 +15,21 @@ The graph is made of Function nodes. Each node knows, per input, where that inpu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import backend
 
 
-def run_backward(roots: Sequence[Any], grads: Sequence[Any], retain_graph: bool = False) -> None:
-    """Accumulate d(sum_i <roots[i], grads[i]>)/d(leaf) into every leaf's ``.grad``."""
+def run_backward(roots: Sequence[Any], grads: Sequence[Any], retain_graph: bool = False,
+                 sum_gradients: Callable[[Any, Any], Any] | None = None) -> None:
+    """Accumulate d(sum_i <roots[i], grads[i]>)/d(leaf) into every leaf's ``.grad``.
+
+    The gradients that reach one output of a node (a tensor used twice) are summed by
+    ``sum_gradients(a, b)``, a new array (never written into a or b: backward outputs may
+    alias each other); a + b by default. ``Tensor.backward`` passes functional's, which adds
+    large arrays on the worker threads."""
+    sum_gradients = sum_gradients or _added
     pending: dict[Any, list] = {}  # node -> gradient arriving at each of its outputs
     for root, grad in zip(roots, grads, strict=True):
         _send(root.grad_edge(), grad, pending)
@@ -64,7 +71,7 @@ def run_backward(roots: Sequence[Any], grads: Sequence[Any], retain_graph: bool 
                 )
             # NumPy gives a 0-d result as a scalar (numpy.float64): make it an array, which
             # the leaf's .grad must be for updates in place (clip_grad_norm's g *= scale)
-            _send(edge, backend.array_result(dinput), pending)
+            _send(edge, backend.array_result(dinput), pending, sum_gradients)
         if not retain_graph:
             node.release()
 
@@ -89,25 +96,14 @@ def _added(a: Any, b: Any) -> Any:
     return a + b
 
 
-_sum = _added  # how two gradients of one tensor are summed (set_gradient_sum)
-
-
-def set_gradient_sum(function: Any) -> None:
-    """Sum the gradients that reach one tensor with ``function(a, b)``, which returns a new
-    array (never written into a or b: backward outputs may alias each other). The functional
-    floor, which owns the worker threads, installs one that adds large arrays on them."""
-    global _sum
-    _sum = function
-
-
-def _send(edge: Any, grad: Any, pending: dict) -> None:
+def _send(edge: Any, grad: Any, pending: dict, sum_gradients: Callable = _added) -> None:
     """Deliver ``grad`` along ``edge``: into a node's pending slot or a leaf's ``.grad``."""
     if isinstance(edge, tuple):
         node, index = edge
         slots = pending.setdefault(node, [None] * len(node.output_meta))
         # A new array on the second use: backward outputs may alias each other (add returns
         # dout for both inputs), so never add in place into an array somebody else holds.
-        slots[index] = grad if slots[index] is None else _sum(slots[index], grad)
+        slots[index] = grad if slots[index] is None else sum_gradients(slots[index], grad)
     else:  # a leaf tensor
         leaf = edge
         if leaf.grad is None:

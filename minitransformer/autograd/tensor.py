@@ -144,7 +144,9 @@ class Tensor:
                     f"backward(grad): grad has shape {tuple(grad.shape)} but the tensor has "
                     f"shape {self.shape}; they must match."
                 )
-        engine.run_backward([self], [grad], retain_graph=retain_graph)
+        # a tensor used twice gets the sum of its gradients, large ones on the worker threads
+        engine.run_backward([self], [grad], retain_graph=retain_graph,
+                            sum_gradients=F._blocks.added)
 
     def zero_grad(self) -> None:
         self.grad = None

@@ -4,8 +4,6 @@ Every name here takes Tensors (or arrays and numbers) and returns Tensors; the F
 behind them are importable from their family modules for reading and for gradient checks.
 """
 
-from ..autograd import engine as _engine
-from . import _blocks
 from .activation import log_softmax, relu, softmax, tanh
 from .attention import causal_mask, scaled_dot_product_attention
 from .basic import add, astype, div, exp, log, mul, neg, pow, sqrt, sub
@@ -18,9 +16,6 @@ from .normalization import layer_norm
 from .reduction import max, mean, sum
 from .residual import dropout_add_layer_norm
 from .shape import broadcast_to, permute, reshape, sum_to, swapaxes, transpose
-
-# a tensor used twice gets the sum of its gradients: large ones on the worker threads
-_engine.set_gradient_sum(_blocks.added)
 
 __all__ = [
     "add", "astype", "broadcast_to", "causal_mask", "concat", "cross_entropy", "div", "dropout",

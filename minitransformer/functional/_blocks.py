@@ -270,7 +270,7 @@ def added(a: Any, b: Any) -> Any:
     """a + b in a new array, on blocks of elements on the worker threads where both are
     NumPy arrays of one shape, dtype and C order of at least MIN_SUM_BYTES: the gradients
     that reach a tensor used twice (the residual stream of every layer: 4 MB each in a
-    `small` step), which the engine sums (``autograd.engine.set_gradient_sum``)."""
+    `small` step), which the engine sums (``Tensor.backward`` hands it this function)."""
     numpy = backend.get_backend("cpu").xp
     if (type(a) is not numpy.ndarray or type(b) is not numpy.ndarray or a.shape != b.shape
             or a.dtype != b.dtype or a.nbytes < MIN_SUM_BYTES

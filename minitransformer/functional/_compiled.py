@@ -21,7 +21,8 @@ keeps (``nn/attention.py``). Not exp itself, nor
 the softmax: NumPy's exp is vectorised where Numba's, without Intel's SVML, calls the C library
 once per element (ten times slower, measured on the Xeon).
 
-Every kernel takes one block of rows (or elements) and releases Python's lock
+Every kernel but the gather-and-append (whole arrays, on a decoding share's own thread)
+takes one block of rows (or elements) and releases Python's lock
 (``nogil``): the library's own workers run the blocks (``_blocks.for_blocks``), so the
 threading, its shared-cores choice and the numbers (each row computed alone, whichever thread
 takes it) are those of the NumPy path. A row's sums are accumulated in float64, the column

@@ -24,10 +24,11 @@ token at all (a batch of padding) the loss and its gradient are 0 rather than 0/
 The loss is the last node of a training step, and its gradient needs nothing that comes later
 but the number dout (1 for ``loss.backward()``). So on the CPU, when a gradient is wanted,
 forward finishes each block of rows with dz for dout = 1, (p - q) / N, while the block's e is
-still in the cache, and keeps that in e's place: backward hands it on (times dout, if dout is
-not 1) instead of reading all of e again to write all of dz, two passes over an (N_rows, V)
-array of 128 MB in a `small` step of 4,000 tokens and 8,000 words. The GPU keeps its
-statistics and computes dz in one kernel in backward.
+still in the cache, and keeps that in e's place: backward hands it on as it is, instead of
+reading all of e again to write all of dz, two passes over an (N_rows, V) array of 128 MB in a
+`small` step of 4,000 tokens and 8,000 words. For another dout (the trainer's loss times the
+batch's tokens) backward makes one pass, dz · dout into a new array, on blocks of rows. The
+GPU keeps its statistics and computes dz in one kernel in backward.
 
 Dimensions: logits (..., V), V the vocabulary; targets (...) integer, typically (B, T);
 N_rows = prod(...) once flattened; loss a 0-d tensor.
@@ -95,7 +96,7 @@ class CrossEntropy(Function):
             wanted = self.needs_input_grad[:1] == (True,) or (
                 not self.needs_input_grad and is_grad_enabled())
             gradient = self._gradient_rows(xp, dz, sum_e, t_safe, real, n_real) \
-                if wanted else None
+                if wanted and not _compiled.enabled(xp, z) else None
 
             def statistics(rows):  # on a block of rows, while it is in the cache
                 row_max[rows] = z[rows].max(axis=-1)
@@ -185,9 +186,14 @@ class CrossEntropy(Function):
             raise RuntimeError("cross_entropy: backward after a forward pass that kept no "
                                "gradient (run under no_grad, or with needs_input_grad[0] "
                                "False); run the forward pass with gradients enabled.")
-        # fwd 4: L = Σ_real ℓ / N: dz scales with dout (kept for dout = 1, the usual seed)
+        # fwd 4: L = Σ_real ℓ / N: dz scales with dout (kept for dout = 1, loss.backward()'s
+        # seed; the trainer's loss · tokens sends the token count), into a new array (saved
+        # stays as it is), on blocks of rows
         if is_capturing() or float(dout) != 1.0:
-            dz = dz * dout
+            scaled = _workspace.empty(dz.shape, dz.dtype, xp)           # (N_rows, V)
+            for_blocks(lambda rows: xp.multiply(dz[rows], dout, out=scaled[rows]),
+                       dz.shape[0], dz.shape[1] * dz.itemsize, xp)
+            dz = scaled
         return dz.reshape(self.logits_shape), None                      # (..., V)
 
 

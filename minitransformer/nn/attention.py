@@ -121,11 +121,14 @@ class KVCache:
             return
         self._buffers = None
         xp = backend.get_array_module(self._k.data)
-        if is_grad_enabled() or not _compiled.enabled(xp, self._k.data):
+        n = self._k.shape[0] if self._index is None else len(self._index)  # rows now
+        rows = None if is_grad_enabled() or not _compiled.enabled(xp, self._k.data) else \
+            _row_index(index, n, xp)                     # NumPy only: no read from a GPU
+        if rows is None:
             self._gather()  # (NumPy's gather then concatenation would hold one copy more)
             self._k, self._v = self._k[index], self._v[index]
         else:  # a reorder of a waiting one keeps its rows of those rows
-            self._index = index if self._index is None else self._index[index]
+            self._index = rows if self._index is None else self._index[rows]
 
     def move_rows(self, sources: Any, targets: Any, n: int) -> None:
         """Rows ``sources`` copied onto rows ``targets``, then the first ``n`` rows kept (a
@@ -140,19 +143,33 @@ class KVCache:
                 self._buffers = tuple(buffer[:n] for buffer in self._buffers)
 
 
+def _row_index(index: Any, n: int, xp: Any) -> Any:
+    """``index`` as a new 1-D int64 NumPy array of rows of n (negative ones counted from the
+    end), refused with NumPy's IndexError when one is out of range; None for anything else
+    (a mask, a slice, a Tensor, several axes), which the caller gathers at once."""
+    if isinstance(index, Tensor) or isinstance(index, slice | tuple):
+        return None
+    rows = xp.array(index, copy=True)  # the caller's array may change after the call
+    if rows.ndim != 1 or rows.dtype.kind not in "iu":
+        return None
+    if rows.size and not -n <= int(rows.min()) <= int(rows.max()) < n:
+        bad = int(rows.max()) if int(rows.max()) >= n else int(rows.min())
+        raise IndexError(f"index {bad} is out of bounds for axis 0 with size {n}")
+    return rows.astype(xp.int64, copy=False)
+
+
 def _gather_append(kept: Any, index: Any, new: Any) -> Any:
     """concat(kept[index], new) along the positions in one new array: kept (B, H, S, D),
     index (B',), new (B', H, T, D) -> (B', H, S + T, D); compiled (one copy of each
     position), or NumPy's gather then concatenation where the kernel does not apply."""
     xp = backend.get_array_module(kept)
-    index = xp.asarray(index)
     B, H, S, D = kept.shape
-    if (not _compiled.enabled(xp, kept, new) or kept.dtype != new.dtype
-            or index.dtype.kind not in "iu" or index.ndim != 1
-            or (index.size and not -B <= int(index.min()) <= int(index.max()) < B)):
-        return xp.concatenate([kept[index], new], axis=2)  # NumPy's errors for bad rows
-    out = xp.empty((len(index), H, S + new.shape[2], D), dtype=kept.dtype)
-    _compiled.kernels().gather_append(kept, index.astype(xp.int64, copy=False), new, out)
+    rows = _row_index(index, B, xp) if _compiled.enabled(xp, kept, new) else None
+    if (rows is None or kept.dtype != new.dtype or new.ndim != 4
+            or new.shape[0] != len(rows) or (new.shape[1], new.shape[3]) != (H, D)):
+        return xp.concatenate([kept[index], new], axis=2)  # and NumPy's errors
+    out = xp.empty((len(rows), H, S + new.shape[2], D), dtype=kept.dtype)
+    _compiled.kernels().gather_append(kept, rows, new, out)
     return out
 
 

@@ -40,10 +40,11 @@ hypotheses, whose logits (B·n, L, V) often dominate.
 scratch buffer of the largest parameter; for the largest batch of the run, the arrays the
 forward keeps for the backward (per encoder layer 8·B·S·C + B·S·F + H·B·S² floats and two
 dropout masks; per decoder layer 12·B·T·C + 2·B·S·C + B·T·F + H·B·T·(T + S), three masks;
-the embeddings), and the logits, the loss's softmax and its gradient, 3·B·T·V; then, on the
-host, averaging the last checkpoints (one step checkpoint read whole, 3·P·f, beside float64
-sums, 2·P·f), which is more than writing one (3·P·f of copies). All gradients are counted as
-if they existed at the start of the backward, when the activations are all still there.
+the embeddings), and the logits, the loss's gradient and its copy times the batch's tokens,
+3·B·T·V; then, on the host, averaging the last checkpoints (one step checkpoint read whole,
+3·P·f, beside float64 sums, 2·P·f), which is more than writing one (3·P·f of copies). All
+gradients are counted as if they existed at the start of the backward, when the activations
+are all still there.
 
 **Averaging** (``checkpoint.average_checkpoints``) reads the checkpoints one at a time into
 float64 sums: the largest file's arrays and its largest array again (reading, checking),

@@ -243,3 +243,23 @@ def test_a_0d_leaf_gets_an_array_gradient_that_clipping_can_scale():
     clip_grad_norm([w, v], 1.0)
     norm = np.sqrt(10.0**2 + 30.0**2)
     np.testing.assert_allclose([w.grad, v.grad[0]], [10.0 / norm, 30.0 / norm], rtol=1e-6)
+
+
+def test_a_recorded_call_tells_forward_which_inputs_want_a_gradient():
+    """needs_input_grad is set before forward when the call is recorded (as PyTorch's
+    ctx.needs_input_grad), and stays () when nothing is recorded."""
+    seen = []
+
+    class Peek(Function):
+        def forward(self, a, b):
+            seen.append(self.needs_input_grad)
+            return a + b
+
+        def backward(self, dout):
+            return dout, dout
+
+    a, b = mt.tensor(np.ones(3), requires_grad=True), mt.tensor(np.ones(3))
+    Peek()(a, b)
+    with mt.no_grad():
+        Peek()(a, b)
+    assert seen == [(True, False), ()]

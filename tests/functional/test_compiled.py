@@ -390,3 +390,21 @@ def test_compiled_gather_append_is_numpys_gather_then_concatenation(compiled):
     index = np.array([4, 0, -1, 2])
     np.testing.assert_array_equal(_gather_append(kept, index, new),
                                   np.concatenate([kept[index], new], axis=2))
+
+
+def test_compiled_gather_append_leaves_what_does_not_fit_to_numpy(compiled):
+    """A new part of other rows, heads or features, or an index that is not rows (a mask),
+    goes to NumPy's gather and concatenation, which refuse it or do what NumPy does; the
+    kernel never reads outside its arrays."""
+    from minitransformer.nn.attention import _gather_append
+    kept = RNG.standard_normal((5, 2, 3, 4)).astype(np.float32)
+    with pytest.raises(ValueError):
+        _gather_append(kept, np.array([0, 1, 2]), np.zeros((2, 2, 1, 4), np.float32))
+    with pytest.raises(ValueError):
+        _gather_append(kept, np.array([0, 1]), np.zeros((2, 2, 1, 3), np.float32))
+    with pytest.raises(IndexError):
+        _gather_append(kept, np.array([0, 5]), np.zeros((2, 2, 1, 4), np.float32))
+    mask = np.array([True, False, True, False, False])
+    new = RNG.standard_normal((2, 2, 1, 4)).astype(np.float32)
+    np.testing.assert_array_equal(_gather_append(kept, mask, new),
+                                  np.concatenate([kept[mask], new], axis=2))

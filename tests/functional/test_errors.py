@@ -6,6 +6,7 @@ the message names the op and the offending shapes, axes or dtypes, on every devi
 
 import re
 
+import numpy as np
 import pytest
 
 import minitransformer as mt
@@ -281,3 +282,12 @@ def test_one_out_of_range_id_is_named_once(device, op):
         else:
             F.cross_entropy(x(3, 5), ids)
     assert "id 7 is outside" in str(info.value) and "7 and 7" not in str(info.value)
+
+
+def test_cross_entropy_backward_after_a_forward_without_gradients_says_so():
+    from minitransformer.functional.loss import CrossEntropy
+    loss = CrossEntropy(0.1)
+    with mt.no_grad():
+        loss.forward(np.zeros((2, 3), np.float32), np.array([0, 1]))
+    with pytest.raises(RuntimeError, match="forward pass that kept no gradient"):
+        loss.backward(np.float32(1.0))

@@ -267,6 +267,33 @@ def test_a_reorder_without_gradients_waits_for_the_next_positions(device, compil
     assert_allclose(outs[0], expected[:, 3:], atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("kind", ["list", "Tensor", "mask"])
+def test_a_reorder_takes_what_indexing_takes(device, compiled, kind):
+    """Rows as a list, a Tensor or a mask keep the rows they name, waiting or not; an
+    array of rows changed after the reorder does not change what is kept."""
+    model = small_model()
+    src, tgt = ids([[5, 3, 7], [4, 8, 1], [6, 2, 9]]), ids([[1, 4, 6], [1, 9, 5], [1, 3, 3]])
+    rows = np.array([2, 0])
+    index = {"list": [2, 0], "Tensor": mt.tensor(rows),
+             "mask": np.array([True, False, True])}[kind]
+    keep = rows if kind != "mask" else np.array([0, 2])
+    src_mask = model.source_mask(src)
+    memory = model.encode(src, src_mask)
+    cache, by_array = model.new_cache(), model.new_cache()
+    with mt.no_grad():
+        for c in (cache, by_array):
+            model.decode(tgt[:, :2], memory, src_mask, c)
+        cache.reorder(index)
+        changing = keep.copy()
+        by_array.reorder(changing)
+        changing[:] = 1                     # after the call: no effect on the rows kept
+        outs = [model.decode(tgt[keep, 2:], memory[keep], model.source_mask(src[keep]),
+                             c).numpy() for c in (cache, by_array)]
+    expected, _, _ = full_and_memory(model, src[keep], tgt[keep])
+    for out in outs:
+        assert_allclose(out, expected[:, 2:], atol=ATOL, rtol=0)
+
+
 def test_a_waiting_reorder_of_rows_out_of_range_is_refused(device, compiled):
     model = small_model()
     src, tgt = ids([[5, 3, 7], [4, 8, 1]]), ids([[1, 4, 6], [1, 9, 5]])
