@@ -175,7 +175,9 @@ def report(results: dict) -> str:
                        for name, p in results.get("parity", {}).items())
     parts = [
         "## minitransformer vs PyTorch eager\n",
-        f"{m['cpu']}, {m['cores']} cores, {m['threads']} threads for both; NumPy "
+        f"{m['cpu']}"
+        + (f" ({m['cpu_generation']})" if m.get("cpu_generation") else "")
+        + f", {m['cores']} cores, {m['threads']} threads for both; NumPy "
         f"{m['numpy']} ({m['numpy_blas']}), torch {m['torch']} ({m['torch_blas']}); device "
         f"{results['device']}"
         + (f" ({m['gpu']}, CuPy {m['cupy']}, CUDA {m['torch_cuda']})" if "gpu" in m else "")

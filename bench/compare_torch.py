@@ -73,7 +73,7 @@ from compare_report import (
     training_table,
 )
 from floor import check_against_trace, step_products, time_floor, traced_products
-from machine import commit, cpu_name, kernels, kind
+from machine import commit, cpu_generation, cpu_name, kernels, kind
 from parity_torch import KINK_MARGIN, batch_away_from_kinks, relative
 from torch_model import TorchTransformer, copy_weights
 from torch_model import beam_search as torch_beam_search
@@ -655,7 +655,8 @@ def machine_info(args) -> dict:
     except (AttributeError, KeyError):
         numpy_blas = "unknown BLAS"
     info = {"platform": platform.platform(), "cpu": cpu_name(),
-            "cores": os.cpu_count(), "python": sys.version.split()[0],
+            "cpu_generation": cpu_generation(), "cores": os.cpu_count(),
+            "python": sys.version.split()[0],
             "numpy": np.__version__, "numpy_blas": numpy_blas, "torch": torch.__version__,
             "torch_blas": "MKL" if torch.backends.mkl.is_available() else "no MKL",
             "threads": args.threads, "minitransformer_kernels": kernels(),

@@ -27,10 +27,31 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_generation() -> str:
+    """The processor's family and model numbers and its widest vector instructions, e.g.
+    "family 26, model 2, AVX-512": the model name alone ("AMD EPYC") does not tell one
+    generation from another, and their matmul rates differ (Zen 3 has no AVX-512, Zen 4 and
+    5 do); "" where /proc/cpuinfo does not say."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.is_file():
+        return ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.read_text().splitlines():
+        if not line.strip():
+            break  # the first processor's block is enough
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    vectors = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
+    parts = [f"family {fields['cpu family']}" if "cpu family" in fields else "",
+             f"model {fields['model']}" if "model" in fields else "", vectors]
+    return ", ".join(part for part in parts if part)
+
+
 def machine() -> dict:
     return {"processor": platform.processor() or platform.machine(), "cpu": cpu_name(),
-            "cpu_count": os.cpu_count(), "python": sys.version.split()[0],
-            "numpy": np.__version__, "kernels": kernels()}
+            "cpu_generation": cpu_generation(), "cpu_count": os.cpu_count(),
+            "python": sys.version.split()[0], "numpy": np.__version__, "kernels": kernels()}
 
 
 def kernels() -> str:
