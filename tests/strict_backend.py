@@ -30,6 +30,10 @@ Deliberately stricter than CuPy:
   (CuPy accepts them and copies them to the device);
 * ``.data`` and ``.ctypes`` (host memory) are not reachable.
 
+``host_reads()`` logs every read of device values on the host (``.get()``, ``float(x)``,
+``bool(x)``, and the nonzero and boolean indexing that CuPy sizes by reading a count): on a
+GPU each one waits for the kernels queued before it, so tests bound how many a step makes.
+
 ``strict_graphs.py`` adds a stand-in for CUDA stream capture, through the two hooks below
 (``CAPTURE``): while it records, every operation is reported to it, and what CUDA refuses
 during a capture (reading an array on the host, copying host data in, drawing random numbers
@@ -69,6 +73,50 @@ def _host(what: str) -> None:
     """``what`` moves data between host and device: refused while a capture records."""
     if CAPTURE.active is not None:
         CAPTURE.active.refuse(what)
+
+
+_READ_LOGS: list[list[str]] = []  # the logs of the open ``host_reads`` blocks
+
+
+def _read(what: str) -> None:
+    """``what`` waits for the device: it reads values on the host (or, as CuPy's nonzero and
+    boolean indexing do, a count that sizes its result). Refused while a capture records;
+    logged by every open ``host_reads`` block."""
+    _host(what)
+    for log in _READ_LOGS:
+        log.append(what)
+
+
+@contextlib.contextmanager
+def host_reads() -> Iterator[list[str]]:
+    """What the code inside the block read from the device on the host, one entry a read: on
+    a GPU each one waits for every kernel queued before it (a synchronisation of the stream).
+
+        with host_reads() as reads:
+            beam_search(...)
+        assert len(reads) <= steps + 1
+    """
+    log: list[str] = []
+    _READ_LOGS.append(log)
+    try:
+        yield log
+    finally:
+        _READ_LOGS.remove(log)
+
+
+_VALUE_SHAPED = {"nonzero", "flatnonzero", "argwhere", "unique", "compress", "extract"}
+
+
+def _value_shaped(func: Any, key: Any = None) -> str | None:
+    """What a call of ``func`` (or an index ``key``) reads on the host to size its result, as
+    CuPy does (nonzero, boolean indexing), or None."""
+    name = getattr(func, "__name__", "")
+    if name in _VALUE_SHAPED:
+        return name
+    keys = key if isinstance(key, tuple) else (key,)
+    if any(isinstance(k, StrictArray) and k.dtype == bool for k in keys):
+        return "boolean indexing"
+    return None
 
 
 def _unsupported(value: Any) -> TypeError:
@@ -116,6 +164,8 @@ def _wrap(obj: Any, seen: dict[int, StrictArray] | None = None) -> Any:
 def _call(
     func: Callable[..., Any], args: Any, kwargs: dict[str, Any], allow_host: bool = False
 ) -> Any:
+    if _READ_LOGS and (name := _value_shaped(func)) is not None:
+        _read(f"{name}: the result's size is read on the host")
     seen: dict[int, StrictArray] = {}
     args = _unwrap(args, seen, allow_host)
     kwargs = {key: _unwrap(value, seen, allow_host) for key, value in kwargs.items()}
@@ -195,7 +245,7 @@ class StrictArray:
     # -- leaving the "device": only explicitly
     def get(self) -> numpy.ndarray:
         """A NumPy copy on the host (``cupy.ndarray.get``)."""
-        _host("x.get(): copying an array to the host")
+        _read("x.get(): copying an array to the host")
         return self._a.copy()
 
     def __array__(self, *args: Any, **kwargs: Any) -> numpy.ndarray:
@@ -234,17 +284,21 @@ class StrictArray:
         if name.startswith("_") or name in _HOST_MEMORY:
             raise AttributeError(f"'StrictArray' object has no attribute {name!r}")
         if name in _HOST_READS:
-            _host(f"x.{name}(): reading an array on the host")
+            _read(f"x.{name}(): reading an array on the host")
         return _wrap_attribute(getattr(self._a, name))
 
     # -- indexing
     def __getitem__(self, key: Any) -> Any:
+        if _READ_LOGS and _value_shaped(None, key) is not None:
+            _read("boolean indexing: the selected count is read on the host")
         key = _unwrap(key, {})
         if CAPTURE.active is None:
             return _wrap(self._a[key])
         return CAPTURE.active.operation(operator.getitem, (self._a, key), {}, _wrap)
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        if _READ_LOGS and _value_shaped(None, key) is not None:
+            _read("boolean indexing: the selected count is read on the host")
         key, value = _unwrap(key, {}), _operand(value)
         if CAPTURE.active is None:
             self._a[key] = value
@@ -259,25 +313,25 @@ class StrictArray:
         return (_wrap(item) for item in self._a)
 
     def __bool__(self) -> bool:
-        _host("bool(x): reading an array on the host")
+        _read("bool(x): reading an array on the host")
         return bool(self._a)
 
     def __float__(self) -> float:
-        _host("float(x): reading an array on the host")
+        _read("float(x): reading an array on the host")
         return float(self._a)
 
     def __int__(self) -> int:
-        _host("int(x): reading an array on the host")
+        _read("int(x): reading an array on the host")
         return int(self._a)
 
     def __complex__(self) -> complex:
-        _host("complex(x): reading an array on the host")
+        _read("complex(x): reading an array on the host")
         return complex(self._a)
 
     def __index__(self) -> int:
         if self._a.size != 1 or self._a.dtype.kind not in "iu":
             raise TypeError("only integer scalar arrays can be converted to a scalar index")
-        _host("using an array as an index: reading it on the host")
+        _read("using an array as an index: reading it on the host")
         return int(self._a.item())
 
     def __copy__(self) -> StrictArray:
@@ -291,11 +345,11 @@ class StrictArray:
         return "Strict" + repr(self._a).replace("array", "Array", 1).replace("\n", "\n      ")
 
     def __str__(self) -> str:
-        _host("str(x): reading an array on the host")
+        _read("str(x): reading an array on the host")
         return str(self._a)
 
     def __format__(self, spec: str) -> str:
-        _host("format(x): reading an array on the host")
+        _read("format(x): reading an array on the host")
         return format(self._a, spec)
 
 

@@ -31,12 +31,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy
-from strict_backend import CAPTURE, StrictArray
+from strict_backend import _VALUE_SHAPED, CAPTURE, StrictArray
 
 from minitransformer.autograd import graphs
 
 _ALLOCATIONS = {"empty", "empty_like"}
-_VALUE_SHAPED = {"nonzero", "flatnonzero", "argwhere", "unique", "compress", "extract"}
 
 
 class CaptureRefused(RuntimeError):

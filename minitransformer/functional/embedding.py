@@ -45,10 +45,10 @@ class Embedding(Function):
         y = xp.take(weight, ids, axis=0)                                # (..., C)
         if self.padding_idx is not None:
             padding = ids == self.padding_idx                           # (...)
-            if is_capturing():  # a capture cannot count the mask on the host: a full pass
-                xp.copyto(y, 0, where=padding[..., None])
-            else:
+            if xp is backend.get_backend("cpu").xp:
                 y[padding] = 0
+            else:  # a GPU would count the mask's positions on the host first, waiting for
+                xp.copyto(y, 0, where=padding[..., None])  # the device: one pass instead
         self.saved = ids
         self.V = V
         return y
@@ -75,6 +75,12 @@ def _check_ids(ids, V: int) -> None:
         raise TypeError(f"embedding: token ids must be integers, got dtype {ids.dtype}; "
                         "convert them with .astype('int64') on the array.")
     if ids.size == 0 or is_capturing():  # a captured step's caller checks before replays
+        return
+    xp = backend.get_array_module(ids)
+    outside = ids < 0
+    if V <= xp.iinfo(ids.dtype).max:  # (int8 ids cannot reach a vocabulary of 200)
+        outside |= ids >= V
+    if not bool(outside.any()):  # one read on the host (a GPU waits for it)
         return
     low, high = int(ids.min()), int(ids.max())
     bad = sorted({i for i in (low, high) if not 0 <= i < V})

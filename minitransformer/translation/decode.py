@@ -235,6 +235,23 @@ def _new_cache(model: Transformer, graphs: Any, memory: Tensor, src_mask: Any, b
     return graphs.new_cache(memory, src_mask, beams, limit)
 
 
+def _on_host(xp: Any, *scalars: Any) -> list[int]:
+    """Device scalars (bools and integers) read on the host together: one transfer, where
+    reading each would make the host wait for a GPU once per scalar."""
+    return backend.to_numpy(xp.stack([xp.asarray(v, dtype=xp.int64)
+                                      for v in scalars])).tolist()
+
+
+def _rows_where(mask: Any, n: int, xp: Any) -> Any:
+    """The indices of the n True entries of ``mask`` (A,), in order, found on the device
+    (``xp.nonzero`` would read their count on the host, which waits for a GPU): each True
+    entry's rank among them, a running count, is its place in the result."""
+    place = xp.where(mask, xp.cumsum(mask) - 1, n)          # (A,) False ones: a spare place
+    rows = xp.empty(n + 1, dtype=xp.int64)
+    rows[place] = xp.arange(mask.shape[0])                  # only the spare place is shared
+    return rows[:n]                                                      # (n,)
+
+
 def _strip(rows: list[list[int]], eos_id: int) -> list[list[int]]:
     """Each row up to (not including) its first ``eos_id``."""
     return [row[: row.index(eos_id)] if eos_id in row else row for row in rows]
@@ -503,13 +520,17 @@ class _Finished:
         self.nth_best = xp.full(B, -xp.inf, dtype=dtype)                 # (B,)
 
     def add(self, sentences: Any, tokens: Any, token_log_probs: Any, log_probs: Any,
-            lengths: Any, alpha: float, finished: bool) -> None:
+            length: int, alpha: float, finished: bool) -> None:
         """Hypotheses (F of them) of ``sentences`` (F,): ``tokens`` (F, L) without EOS,
-        ``token_log_probs`` (F, L'), log P (F,), |Y| for the length penalty (F,)."""
-        rows = zip(*(backend.to_numpy(a).tolist() for a in (sentences, tokens, token_log_probs,
-                                                             log_probs, lengths)), strict=True)
+        ``token_log_probs`` (F, L'), log P (F,), all of length |Y| = ``length`` for the length
+        penalty. Two reads on the host (integers and floats), each of which waits for a GPU."""
+        xp = self.xp
+        integers = backend.to_numpy(xp.concatenate(
+            [sentences[:, None].astype(tokens.dtype), tokens], axis=1)).tolist()  # (F, 1 + L)
+        floats = backend.to_numpy(xp.concatenate(
+            [log_probs[:, None], token_log_probs], axis=1)).tolist()            # (F, 1 + L')
         changed = set()
-        for b, ids, lps, log_p, length in rows:
+        for (b, *ids), (log_p, *lps) in zip(integers, floats, strict=True):
             if not math.isfinite(log_p):
                 continue
             found = self.by_sentence[b]
@@ -520,7 +541,7 @@ class _Finished:
             changed.add(b)
         if not finished or not changed:
             return
-        xp, changed = self.xp, sorted(changed)
+        changed = sorted(changed)
         nth = [self.by_sentence[b][self.N - 1].score if len(self.by_sentence[b]) >= self.N
                else -math.inf for b in changed]
         self.nth_best[xp.asarray(changed)] = xp.asarray(nth, dtype=self.nth_best.dtype)
@@ -596,13 +617,7 @@ def _beam_search(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_
         # 2. Candidates among the first K that end in EOS are finished hypotheses.
         finished = is_eos[:, :K] & xp.isfinite(cand_scores[:, :K])       # (A, K)
         n_finished[active] = n_finished[active] + finished.sum(axis=1).astype(ids_dtype)
-        if bool(finished.any()):
-            a, k = xp.nonzero(finished)                                  # (F,), (F,)
-            beam = cand_beams[a, k]                                      # (F,)
-            found.add(active[a], alive_tokens[a, beam],
-                      xp.concatenate([alive_log_probs[a, beam], cand_log_probs[a, k, None]],
-                                     axis=1), cand_scores[a, k], xp.full(a.shape, t), alpha,
-                      finished=True)
+        old_alive_tokens, old_alive_log_probs = alive_tokens, alive_log_probs
 
         # 3. The K best candidates that do not end in EOS are the new beam: sort them
         # first (distinct keys, so the order of the scores is kept).
@@ -614,36 +629,49 @@ def _beam_search(model: Transformer, src: Tensor, limits: Any, bos_id: int, eos_
             [alive_tokens[r, beams], cand_tokens[r, keep][:, :, None]], axis=2)  # (A, K, t)
         alive_log_probs = xp.concatenate(
             [alive_log_probs[r, beams], cand_log_probs[r, keep][:, :, None]], axis=2)
+        # 4. Sentences whose result is settled leave the batch (at their limit, or by the
+        # bound against the finished scores as they stand before this step's are added).
+        at_limit = limits[active] == t                                   # (A,)
+        bound = alive_scores[:, 0] / xp.maximum(lp(min(t + 1, limit), alpha),      # (A,)
+                                                lp_limits[active])  # (unused at the limit)
+        done = ((n_finished[active] >= K) | (found.nth_best[active] >= bound)     # (A,)
+                | at_limit)
+        # one read on the host a step while no hypothesis finishes: on a GPU each read waits
+        # for the device, so the step's three answers come back together
+        any_finished, any_at_limit, n_done = _on_host(xp, finished.any(), at_limit.any(),
+                                                      done.sum())
+        if any_finished:
+            a, k = xp.nonzero(finished)                                  # (F,), (F,)
+            beam = cand_beams[a, k]                                      # (F,)
+            found.add(active[a], old_alive_tokens[a, beam],
+                      xp.concatenate([old_alive_log_probs[a, beam], cand_log_probs[a, k, None]],
+                                     axis=1), cand_scores[a, k], t, alpha, finished=True)
         # Sentences at their limit: their alive hypotheses join the finished ones, cut (a
         # sentence with K finished already keeps them: finished ones rank first).
-        at_limit = limits[active] == t                                   # (A,)
-        if bool(at_limit.any()):
+        if any_at_limit:
             a = xp.repeat(xp.nonzero(at_limit)[0], K)                    # (F,)
             k = xp.tile(xp.arange(K), a.shape[0] // K)                   # (F,)
             found.add(active[a], alive_tokens[a, k], alive_log_probs[a, k],
-                      alive_scores[a, k], xp.full(a.shape, t), alpha, finished=False)
+                      alive_scores[a, k], t, alpha, finished=False)
         if t == limit:
             break
-
-        # 4. Sentences whose result is settled leave the batch.
-        bound = alive_scores[:, 0] / xp.maximum(lp(t + 1, alpha), lp_limits[active])  # (A,)
-        done = ((n_finished[active] >= K) | (found.nth_best[active] >= bound)     # (A,)
-                | at_limit)
-        n_done = int(done.sum())
+        if any_finished:  # the new finished scores may settle more sentences
+            done |= found.nth_best[active] >= bound
+            n_done = int(done.sum())
         flat = r * K + beams                                             # (A, K) rows to keep
+        staying = None
         if n_done:
             if n_done == A:
                 break
-            going = ~done
-            flat, active = flat[going], active[going]                    # (A', K), (A',)
-            alive_scores, alive_tokens = alive_scores[going], alive_tokens[going]
-            alive_log_probs = alive_log_probs[going]
+            staying = _rows_where(~done, A - n_done, xp)                 # (A',) sentence rows
+            flat, active = flat[staying], active[staying]                # (A', K), (A',)
+            alive_scores, alive_tokens = alive_scores[staying], alive_tokens[staying]
+            alive_log_probs = alive_log_probs[staying]
         flat = flat.reshape(-1)                                          # (A'·K,)
         if cache is None:
             if n_done:  # the beams of a sentence share its source rows
                 memory, src_mask = memory[flat], src_mask[flat]
             continue
-        staying = xp.nonzero(going)[0] if n_done else None               # (A',) sentence rows
         if n_done:
             memory, src_mask = memory[staying], src_mask[staying]
         # after the first step the self-attention cache grows from 1 to K rows a sentence

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import strict_graphs
 from conftest import CUDA
+from strict_backend import host_reads, strict_xp
 from strict_graphs import CaptureRefused, StrictCapture
 from train_task import make_task
 
@@ -320,6 +321,23 @@ def test_one_graph_serves_every_step_of_a_batch_and_every_batch_of_its_shape(
     assert_same_hypotheses(got, eager)
     assert (counts["eager"], counts["captured"], counts["replayed"]) == (1, 1, 10)
     assert counts["shapes"] == 1
+
+
+@pytest.mark.parametrize("search", [greedy_decode, beam_search], ids=["greedy", "beam"])
+def test_a_replayed_decoding_step_reads_the_device_once(model_and_sources, search):
+    """A replayed step is one launch, and then the search's answers (greedy: how many go on;
+    beam: whether any finished, any reached the limit, how many are settled) come back in one
+    read, the only wait for the GPU a plain step has. EOS -1 is never emitted: every step is
+    a plain one, up to the limit."""
+    model, sources, tokenizer = model_and_sources
+    if backend.get_array_module(model.src_embed.weight.data) is not strict_xp:
+        pytest.skip("the strict device logs its reads")
+    decoding = DecodingGraphs(model)
+    reads = {}
+    for limit in (4, 12, 4, 12):  # each shape captured by the first two, replayed after
+        with host_reads() as reads[limit]:
+            search(model, sources, tokenizer.bos_id, -1, max_len=limit, graphs=decoding)
+    assert len(reads[12]) - len(reads[4]) == 12 - 4, reads[12]
 
 
 def test_sentences_that_finish_keep_the_shape_and_the_others_their_tokens(
