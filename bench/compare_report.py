@@ -178,7 +178,11 @@ def report(results: dict) -> str:
         f"{m['cpu']}"
         + (f" ({m['cpu_generation']})" if m.get("cpu_generation") else "")
         + f", {m['cores']} cores, {m['threads']} threads for both; NumPy "
-        f"{m['numpy']} ({m['numpy_blas']}), torch {m['torch']} ({m['torch_blas']}); device "
+        f"{m['numpy']} ({m['numpy_blas']}"
+        + (f"; {m['numpy_blas_kernels']}" if "numpy_blas_kernels" in m else "")
+        + f"), torch {m['torch']} ({m['torch_blas']}"
+        + (f"; {m['torch_cpu_capability']}" if "torch_cpu_capability" in m else "")
+        + "); device "
         f"{results['device']}"
         + (f" ({m['gpu']}, CuPy {m['cupy']}, CUDA {m['torch_cuda']})" if "gpu" in m else "")
         + (f"; minitransformer's CPU kernels: {m['minitransformer_kernels']}"

@@ -73,7 +73,7 @@ from compare_report import (
     training_table,
 )
 from floor import check_against_trace, step_products, time_floor, traced_products
-from machine import commit, cpu_generation, cpu_name, kernels, kind
+from machine import blas, commit, cpu_generation, cpu_name, kernels, kind
 from parity_torch import KINK_MARGIN, batch_away_from_kinks, relative
 from torch_model import TorchTransformer, copy_weights
 from torch_model import beam_search as torch_beam_search
@@ -95,6 +95,7 @@ HERE = Path(__file__).resolve().parent
 SHARED = HERE.parents[1] / "shared" / "data" / "multi30k"
 CHECKPOINT = HERE / "results" / f"multi30k.{kind()}" / "checkpoints" / "last.npz"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+KERNEL_VARIABLES = ("OPENBLAS_CORETYPE", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
 
 
 # ----------------------------------------------------------------------------- the models
@@ -659,6 +660,11 @@ def machine_info(args) -> dict:
             "python": sys.version.split()[0],
             "numpy": np.__version__, "numpy_blas": numpy_blas, "torch": torch.__version__,
             "torch_blas": "MKL" if torch.backends.mkl.is_available() else "no MKL",
+            # the kernels each side's products run: OpenBLAS's for this processor, unless
+            # OPENBLAS_CORETYPE names others; torch's vector instructions (MKL picks its own)
+            "numpy_blas_kernels": blas(),
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "kernel_environment": {v: os.environ.get(v) for v in KERNEL_VARIABLES},
             "threads": args.threads, "minitransformer_kernels": kernels(),
             "thread_environment": {v: os.environ.get(v)
                                    for v in (*THREAD_VARIABLES, "OPENBLAS_THREAD_TIMEOUT")},

@@ -1,6 +1,7 @@
 """What a benchmark ran on and at which commit, for its results file: the processor's model
-name (from /proc/cpuinfo where there is one), the cores, Python and NumPy, and which CPU
-kernels minitransformer ran (NumPy's or the compiled ones); a short name of the machine kind
+name (from /proc/cpuinfo where there is one), the cores, Python and NumPy, the kernels NumPy's
+BLAS chose for the processor, and which CPU kernels minitransformer ran (NumPy's or the
+compiled ones); a short name of the machine kind
 for the file names ("epyc", "xeon", "h100"); the git commit."""
 
 from __future__ import annotations
@@ -48,10 +49,34 @@ def cpu_generation() -> str:
     return ", ".join(part for part in parts if part)
 
 
+def blas() -> str:
+    """NumPy's BLAS and the kernels it runs on this processor, e.g. "OpenBLAS 0.3.31,
+    SkylakeX kernels". OpenBLAS picks its kernels when it loads, from the processor, unless
+    OPENBLAS_CORETYPE names them: then the setting is added ("Haswell kernels,
+    OPENBLAS_CORETYPE=Haswell"), since on a processor with AVX-512 the Haswell (AVX2)
+    kernels multiply at about half the rate of its own (bench/README.md)."""
+    from threadpoolctl import threadpool_info
+
+    libraries = [lib for lib in threadpool_info() if lib.get("user_api") == "blas"]
+    if not libraries:
+        return "unknown BLAS"
+    lib = libraries[0]
+    name = {"openblas": "OpenBLAS", "mkl": "MKL", "blis": "BLIS"}.get(
+        lib.get("internal_api", ""), lib.get("internal_api", "BLAS"))
+    version = re.match(r"\d+\.\d+\.\d+", lib.get("version") or "")
+    text = f"{name} {version.group(0)}" if version else name
+    if lib.get("architecture"):
+        text += f", {lib['architecture']} kernels"
+    if lib.get("internal_api") == "openblas" and os.environ.get("OPENBLAS_CORETYPE"):
+        text += f", OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']}"
+    return text
+
+
 def machine() -> dict:
     return {"processor": platform.processor() or platform.machine(), "cpu": cpu_name(),
             "cpu_generation": cpu_generation(), "cpu_count": os.cpu_count(),
-            "python": sys.version.split()[0], "numpy": np.__version__, "kernels": kernels()}
+            "python": sys.version.split()[0], "numpy": np.__version__, "blas": blas(),
+            "kernels": kernels()}
 
 
 def kernels() -> str:
