@@ -265,8 +265,9 @@ def parts_table(result: dict) -> str:
 
 def report(result: dict) -> str:
     return (f"{result['config_name']}, L = {result['length']}, batch {result['batch']}, "
-            f"{result['threads']} threads; {result['machine']['cpu']}; commit "
-            f"{result['commit']}; mean of {result['profiled']} profiled steps.\n\n"
+            f"{result['threads']} threads; {result['machine']['cpu']}"
+            + (f" ({result['machine']['blas']})" if "blas" in result["machine"] else "")
+            + f"; commit {result['commit']}; mean of {result['profiled']} profiled steps.\n\n"
             + summary_table(result) + "\n\n" + products_table(result) + "\n\n"
             + parts_table(result) + "\n")
 

@@ -16,7 +16,8 @@ ARCHITECTURE_PAGE = PACKAGE.parent / "docs" / "architecture.md"
 
 # room -> the module paths (dotted, below minitransformer) that make it up
 ROOMS = {
-    "engine": ("", "backend", "threads", "factories", "autograd", "functional", "nn", "optim"),
+    "engine": ("", "backend", "threads", "blas", "factories", "autograd", "functional", "nn",
+               "optim"),
     "data": ("data",),
     "verify": ("verify",),
     "course": ("course",),
@@ -39,8 +40,8 @@ MAY_IMPORT = {
 }
 
 # inside the engine, each floor imports only its own floor and those below it
-FLOORS = {"backend": 0, "autograd": 1, "functional": 2, "threads": 2, "factories": 2, "nn": 3,
-          "optim": 4, "": 5}
+FLOORS = {"backend": 0, "autograd": 1, "functional": 2, "threads": 2, "blas": 2, "factories": 2,
+          "nn": 3, "optim": 4, "": 5}
 # the one import that runs upward: Tensor's operators call functional, as in every framework
 UPWARD = {("autograd.tensor", "functional")}
 

@@ -161,7 +161,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, comm: Communicator) -> int:
-    from .. import manual_seed
+    from .. import backend, blas, manual_seed
     from ..data.errors import DataError
     from ..data.tokenizer import Tokenizer
     from ..distributed import DistributedError
@@ -262,6 +262,8 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
           f"{len(data.valid):,} validation{valid_dropped}, {len(corpus.test):,} test; vocabulary "
           f"{tokenizer.vocab_size:,}; model '{pick('config')}' with "
           f"{model.num_parameters():,} parameters; {_where(comm)}; run folder {out}")
+    if backend.current_device() == "cpu" and (note := blas.held_back()):
+        print(f"{name}: note: {note}", file=sys.stderr)
     try:
         out.mkdir(parents=True, exist_ok=True)
         tokenizer.save(out / "tokenizer.model")

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from minitransformer import cli
+from minitransformer import blas, cli
 from minitransformer.functional import _blocks
 from minitransformer.translation.checkpoint import load_checkpoint
 
@@ -417,3 +417,18 @@ def test_shape_multiple_trains_on_batches_of_fixed_shapes(tmp_path, capsys):
     assert refused.value.code == 2
     assert "argument --shape-multiple: must be a whole number of at least 0" in \
         capsys.readouterr().err
+
+
+def test_train_notes_kernels_held_back_on_stderr(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    monkeypatch.setattr(blas, "openblas_kernels", lambda: "Haswell")
+    monkeypatch.setattr(blas, "processor_flags", lambda: {"avx2", "avx512f"})
+    corpus = write_corpus(tmp_path / "corpus")
+    args = [*TRAIN_ARGS]
+    args[args.index("--max-steps") + 1] = "1"
+    status = cli.main(["train", "--data", str(corpus), "--src-lang", "xx", "--tgt-lang", "yy",
+                       "--out", str(tmp_path / "run"), *args])
+    assert status == 0
+    err = capsys.readouterr().err
+    assert ("minitransformer train: note: OPENBLAS_CORETYPE=Haswell in the environment holds "
+            "NumPy's matrix products to OpenBLAS's Haswell kernels") in err
