@@ -79,7 +79,8 @@ def run_case(coretype: str, args: argparse.Namespace) -> dict:
     command = [sys.executable, __file__, "--_child", "--lengths", *map(str, args.lengths),
                "--repeats", str(args.repeats), "--tokens", str(args.tokens),
                "--vocab-size", str(args.vocab_size)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    # stdout only: a child's traceback or OpenBLAS's "Core not found" reaches the terminal
+    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -132,8 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {'OPENBLAS_CORETYPE unset' if case == OWN else f'OPENBLAS_CORETYPE={case}'} "
               f"| {row['blas']} | {statistics.median(row['matmul_gflops'].values()):.0f} | "
               + " | ".join(f"{s:.3f}" for s in row["step_s"].values()) + f" | {speed:.2f} |")
-    machine_info = runs[OWN][0]["machine"]
-    machine_info.pop("blas", None)
+    machine_info = {k: v for k, v in runs[OWN][0]["machine"].items() if k != "blas"}
     result = {"benchmark": "NumPy's OpenBLAS kernels: its own choice against OPENBLAS_CORETYPE",
               "machine": machine_info, "threads": runs[OWN][0]["threads"], "commit": commit(),
               "date": time.strftime("%Y-%m-%dT%H:%M:%S"),

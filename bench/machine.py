@@ -51,20 +51,23 @@ def cpu_generation() -> str:
 
 def blas() -> str:
     """NumPy's BLAS and the kernels it runs on this processor, e.g. "OpenBLAS 0.3.31,
-    SkylakeX kernels". OpenBLAS picks its kernels when it loads, from the processor, unless
-    OPENBLAS_CORETYPE names them: then the setting is added ("Haswell kernels,
-    OPENBLAS_CORETYPE=Haswell"), since on a processor with AVX-512 the Haswell (AVX2)
-    kernels multiply at about half the rate of its own (bench/README.md)."""
-    from threadpoolctl import threadpool_info
+    SkylakeX kernels" (``minitransformer.blas.numpy_blas``). OpenBLAS picks its kernels when it
+    loads, from the processor, unless OPENBLAS_CORETYPE names them: then the setting is added
+    ("Haswell kernels, OPENBLAS_CORETYPE=Haswell"), since kernels below the processor's own
+    slow the products down (on the Zen 5 EPYC, Haswell's AVX2 kernels against its AVX-512:
+    bench/blas_kernels.py)."""
+    from minitransformer.blas import numpy_blas
 
-    libraries = [lib for lib in threadpool_info() if lib.get("user_api") == "blas"]
-    if not libraries:
+    lib = numpy_blas()
+    if lib is None:
         return "unknown BLAS"
-    lib = libraries[0]
     name = {"openblas": "OpenBLAS", "mkl": "MKL", "blis": "BLIS"}.get(
         lib.get("internal_api", ""), lib.get("internal_api", "BLAS"))
-    version = re.match(r"\d+\.\d+\.\d+", lib.get("version") or "")
-    text = f"{name} {version.group(0)}" if version else name
+    version = re.match(r"\d+(?:\.\d+)+", lib.get("version") or "")
+    if version and name == "OpenBLAS":  # "0.3.31.188.0": the last two are the wheel's build
+        text = f"{name} {'.'.join(version.group(0).split('.')[:3])}"
+    else:
+        text = f"{name} {version.group(0)}" if version else name
     if lib.get("architecture"):
         text += f", {lib['architecture']} kernels"
     if lib.get("internal_api") == "openblas" and os.environ.get("OPENBLAS_CORETYPE"):

@@ -3,13 +3,15 @@
 A training step on the CPU is mostly matrix products, and NumPy hands them to its BLAS. The
 OpenBLAS of NumPy's wheels picks its kernels for the processor when it loads, unless the
 variable OPENBLAS_CORETYPE names others; named kernels are used on any processor that can run
-them. The Haswell kernels (AVX2) on a processor with AVX-512 multiply float32 matrices at about
-half the rate of its own: 230 against 448 GFLOP/s on a 2-core Zen 5 EPYC, where a `small`
-training step took 0.60 s with OpenBLAS's choice against 0.90 s with Haswell's
-(docs/benchmarks.md). ``minitransformer train`` says so when it starts on such a machine.
+them. The Haswell kernels (AVX2) on a processor with AVX-512 leave its wider units idle: on
+the 2-core Zen 5 EPYC of the benchmarks, NumPy's float32 matmul ran 1.8 times as fast with
+OpenBLAS's own choice (SkylakeX) and a `small` training step 1.5 times
+(bench/results/blas_kernels.epyc-*.json, docs/performance.md). ``minitransformer train``
+says so when it starts on such a machine.
 
-    openblas_kernels()    "SkylakeX", "Haswell", ...: the kernels OpenBLAS runs; None when
-                          NumPy's BLAS is another library
+    numpy_blas()          threadpoolctl's record of NumPy's BLAS (name, version, kernels)
+    openblas_kernels()    "SkylakeX", "Haswell", ...: the kernels NumPy's OpenBLAS runs; None
+                          when NumPy's BLAS is another library
     held_back()           one sentence when OPENBLAS_CORETYPE holds OpenBLAS to kernels without
                           AVX-512 on a processor that has it, else None
 """
@@ -18,28 +20,41 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
-from . import backend  # noqa: F401  (NumPy, and with it its BLAS, loaded)
+from . import backend
 
 # OpenBLAS's kernels for x86 processors with AVX-512 (openblas_get_corename's names, lower case)
 AVX512_KERNELS = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
 
 
+def numpy_blas() -> dict[str, Any] | None:
+    """threadpoolctl's record of the BLAS that NumPy loaded ("internal_api": "openblas",
+    "version", "architecture", ...): the one in NumPy's own folders when several are loaded
+    (PyTorch may bring another); None when threadpoolctl finds none."""
+    from threadpoolctl import threadpool_info
+
+    libraries = [lib for lib in threadpool_info() if lib.get("user_api") == "blas"]
+    numpy_folder = str(Path(backend.numpy.__file__).parent.parent)  # site-packages, numpy.libs
+    own = [lib for lib in libraries
+           if str(lib.get("filepath", "")).startswith(numpy_folder)
+           and "numpy" in str(lib.get("filepath", ""))]
+    chosen = own or libraries
+    return chosen[0] if chosen else None
+
+
 def openblas_kernels() -> str | None:
-    """The name of the kernels NumPy's OpenBLAS chose or was told to use; None when NumPy's
-    BLAS is not OpenBLAS (MKL, Accelerate) or does not say."""
-    from threadpoolctl import threadpool_info  # finds the BLAS that backend's NumPy loaded
-
-    for library in threadpool_info():
-        if library.get("internal_api") == "openblas":
-            return library.get("architecture") or None
-    return None
+    """The name of the kernels NumPy's OpenBLAS chose or was told to use ("SkylakeX"); None
+    when NumPy's BLAS is not OpenBLAS (MKL, Accelerate) or does not say."""
+    library = numpy_blas()
+    if library is None or library.get("internal_api") != "openblas":
+        return None
+    return library.get("architecture") or None
 
 
-def processor_flags() -> set[str]:
-    """The first processor's feature flags from /proc/cpuinfo ("avx2", "avx512f", ...); empty
-    where there is no such file (not Linux)."""
-    cpuinfo = Path("/proc/cpuinfo")
+def processor_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The first processor's feature flags ("avx2", "avx512f", ...) from the "flags" line of
+    ``cpuinfo``; empty where there is no such file or line (not Linux, not x86)."""
     if not cpuinfo.is_file():
         return set()
     for line in cpuinfo.read_text().splitlines():
@@ -61,5 +76,6 @@ def held_back() -> str | None:
     if "avx512f" not in processor_flags():
         return None
     return (f"OPENBLAS_CORETYPE={coretype} in the environment holds NumPy's matrix products to "
-            f"OpenBLAS's {kernels} kernels on this processor, which has AVX-512; unset it to "
-            "let OpenBLAS choose its own (on a Zen 5 EPYC they multiply twice as fast).")
+            f"OpenBLAS's {kernels} kernels on this processor, which has AVX-512; try a run "
+            "with it unset, which lets OpenBLAS choose its own (on a Zen 5 EPYC, OpenBLAS "
+            "0.3.31's products ran 1.8 times as fast).")

@@ -263,7 +263,7 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
           f"{tokenizer.vocab_size:,}; model '{pick('config')}' with "
           f"{model.num_parameters():,} parameters; {_where(comm)}; run folder {out}")
     if backend.current_device() == "cpu" and (note := blas.held_back()):
-        print(f"{name}: note: {note}", file=sys.stderr)
+        print(f"note: {note}")  # with the run's setup above; stderr is for what went wrong
     try:
         out.mkdir(parents=True, exist_ok=True)
         tokenizer.save(out / "tokenizer.model")
