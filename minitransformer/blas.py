@@ -4,10 +4,10 @@ A training step on the CPU is mostly matrix products, and NumPy hands them to it
 OpenBLAS of NumPy's wheels picks its kernels for the processor when it loads, unless the
 variable OPENBLAS_CORETYPE names others; named kernels are used on any processor that can run
 them. The Haswell kernels (AVX2) on a processor with AVX-512 leave its wider units idle: on
-the 2-core Zen 5 EPYC of the benchmarks, NumPy's float32 matmul ran 1.8 times as fast with
-OpenBLAS's own choice (SkylakeX) and a `small` training step 1.5 times
-(bench/results/blas_kernels.epyc-*.json, docs/performance.md). ``minitransformer train``
-says so when it starts on such a machine.
+the 2-core Zen 5 EPYC of the benchmarks, NumPy's float32 matmul ran 1.85 times as fast with
+OpenBLAS's own choice (SkylakeX: 444 against 240 GFLOP/s) and a `small` training step 1.6
+times (bench/results/blas_kernels.epyc-6ca6fe6.json, docs/performance.md). ``minitransformer
+train`` says so when it starts on such a machine.
 
     numpy_blas()          threadpoolctl's record of NumPy's BLAS (name, version, kernels)
     openblas_kernels()    "SkylakeX", "Haswell", ...: the kernels NumPy's OpenBLAS runs; None
