@@ -1,8 +1,8 @@
 """What a benchmark ran on and at which commit, for its results file: the processor's model
 name (from /proc/cpuinfo where there is one), the cores, Python and NumPy, the kernels NumPy's
-BLAS chose for the processor, and which CPU kernels minitransformer ran (NumPy's or the
-compiled ones); a short name of the machine kind
-for the file names ("epyc", "xeon", "h100"); the git commit."""
+BLAS chose for the processor (or was told to use by OPENBLAS_CORETYPE), and which CPU kernels
+minitransformer ran (NumPy's or the compiled ones); a short name of the machine kind for the
+file names ("epyc", "xeon", "h100"); the git commit."""
 
 from __future__ import annotations
 

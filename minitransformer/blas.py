@@ -78,4 +78,4 @@ def held_back() -> str | None:
     return (f"OPENBLAS_CORETYPE={coretype} in the environment holds NumPy's matrix products to "
             f"OpenBLAS's {kernels} kernels on this processor, which has AVX-512; try a run "
             "with it unset, which lets OpenBLAS choose its own (on a Zen 5 EPYC, OpenBLAS "
-            "0.3.31's products ran 1.8 times as fast).")
+            "0.3.31's products ran 1.85 times as fast).")
