@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -64,13 +65,15 @@ def train_once(steps: int, neighbour: bool, env: dict, scratch: Path) -> dict:
     command = [sys.executable, "-m", "minitransformer", "train", "--max-steps", str(steps),
                "--eval-every", str(10 * steps), "--no-progress", "--out", str(out)]
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True,
-                          env={**os.environ, **env})
-    total = time.perf_counter() - started
     rate = None
-    if busy is not None:
-        busy.terminate()
-        rate = float(busy.communicate(timeout=30)[0].strip() or "nan")
+    try:
+        done = subprocess.run(command, capture_output=True, text=True,
+                              env={**os.environ, **env})
+        total = time.perf_counter() - started
+    finally:  # the neighbour ends with the run, even when this script is stopped
+        if busy is not None:
+            busy.terminate()
+            rate = float(busy.communicate(timeout=30)[0].strip() or "nan")
     if done.returncode:
         sys.exit(f"train failed ({done.returncode}): {done.stderr[-2000:]}")
     steps_logged = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
@@ -83,8 +86,10 @@ def train_once(steps: int, neighbour: bool, env: dict, scratch: Path) -> dict:
 def neighbour_alone(seconds: float = 5.0) -> float:
     """The neighbour's products per second with the machine to itself."""
     busy = subprocess.Popen([sys.executable, "-c", NEIGHBOUR], stdout=subprocess.PIPE, text=True)
-    time.sleep(seconds)
-    busy.terminate()
+    try:
+        time.sleep(seconds)
+    finally:
+        busy.terminate()
     return float(busy.communicate(timeout=30)[0].strip())
 
 
@@ -113,6 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", default=str(Path(__file__).parent / "results"
                                                 / f"shared_cores.{kind()}.json"))
     args = parser.parse_args(argv)
+    # SIGTERM (kill, pkill) as an exit, so that the finally blocks stop the neighbour
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped by SIGTERM"))
     results: dict[str, list] = {case: [] for case in CASES}
     alone_rate = neighbour_alone()
     with tempfile.TemporaryDirectory(prefix="shared-cores-") as scratch:
