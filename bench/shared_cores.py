@@ -57,20 +57,20 @@ CASES = {"alone": (False, {}), "beside busy": (True, {}),
 def train_once(steps: int, neighbour: bool, env: dict, scratch: Path) -> dict:
     """One `minitransformer train` run; its step and total seconds, and the neighbour's rate."""
     busy = None
-    if neighbour:
-        busy = subprocess.Popen([sys.executable, "-c", NEIGHBOUR], stdout=subprocess.PIPE,
-                                text=True)
-        time.sleep(1.0)                                   # the neighbour's BLAS is running
-    out = Path(tempfile.mkdtemp(dir=scratch))
-    command = [sys.executable, "-m", "minitransformer", "train", "--max-steps", str(steps),
-               "--eval-every", str(10 * steps), "--no-progress", "--out", str(out)]
-    started = time.perf_counter()
     rate = None
-    try:
+    try:  # the neighbour ends with the run, even when this script is stopped
+        if neighbour:
+            busy = subprocess.Popen([sys.executable, "-c", NEIGHBOUR], stdout=subprocess.PIPE,
+                                    text=True)
+            time.sleep(1.0)                               # the neighbour's BLAS is running
+        out = Path(tempfile.mkdtemp(dir=scratch))
+        command = [sys.executable, "-m", "minitransformer", "train", "--max-steps", str(steps),
+                   "--eval-every", str(10 * steps), "--no-progress", "--out", str(out)]
+        started = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True,
                               env={**os.environ, **env})
         total = time.perf_counter() - started
-    finally:  # the neighbour ends with the run, even when this script is stopped
+    finally:
         if busy is not None:
             busy.terminate()
             rate = float(busy.communicate(timeout=30)[0].strip() or "nan")

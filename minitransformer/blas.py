@@ -35,12 +35,19 @@ def numpy_blas() -> dict[str, Any] | None:
     from threadpoolctl import threadpool_info
 
     libraries = [lib for lib in threadpool_info() if lib.get("user_api") == "blas"]
-    numpy_folder = str(Path(backend.numpy.__file__).parent.parent)  # site-packages, numpy.libs
-    own = [lib for lib in libraries
-           if str(lib.get("filepath", "")).startswith(numpy_folder)
-           and "numpy" in str(lib.get("filepath", ""))]
+    site = Path(backend.numpy.__file__).parent.parent  # numpy/ and numpy.libs/ lie here
+    own = [lib for lib in libraries if _top_folder(lib.get("filepath"), site)
+           in ("numpy", "numpy.libs")]
     chosen = own or libraries
     return chosen[0] if chosen else None
+
+
+def _top_folder(filepath: str | None, site: Path) -> str | None:
+    """The folder of ``site`` that ``filepath`` lies in ("numpy.libs"); None outside it."""
+    try:
+        return Path(filepath or "").relative_to(site).parts[0]
+    except (ValueError, IndexError):
+        return None
 
 
 def openblas_kernels() -> str | None:

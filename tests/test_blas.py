@@ -4,8 +4,11 @@ import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
+import threadpoolctl
 
 from minitransformer import blas
 
@@ -13,11 +16,15 @@ X86_LINUX = sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64"
 
 
 def kernels_in_a_process_with(coretype):
-    """openblas_kernels() of a fresh process whose OpenBLAS loaded with OPENBLAS_CORETYPE set."""
-    env = dict(os.environ, OPENBLAS_CORETYPE=coretype)
+    """openblas_kernels() of a fresh process whose OpenBLAS loaded with OPENBLAS_CORETYPE set
+    to ``coretype`` (None: unset)."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    if coretype is not None:
+        env["OPENBLAS_CORETYPE"] = coretype
     done = subprocess.run([sys.executable, "-c", "from minitransformer import blas; "
                            "print(blas.openblas_kernels())"],
-                          env=env, capture_output=True, text=True, check=True)
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
 
@@ -25,8 +32,26 @@ def kernels_in_a_process_with(coretype):
                     or "avx2" not in blas.processor_flags(),
                     reason="needs NumPy's OpenBLAS on an x86-64 processor with AVX2")
 def test_openblas_kernels_name_those_the_variable_chose_in_any_case():
-    assert kernels_in_a_process_with("haswell") == "Haswell"
+    forced = kernels_in_a_process_with("haswell")
+    if forced != "Haswell" and forced == kernels_in_a_process_with(None):
+        pytest.skip(f"this OpenBLAS is built for one target ({forced}) and ignores the variable")
+    assert forced == "Haswell"
     assert kernels_in_a_process_with("Haswell") == "Haswell"
+
+
+def test_numpy_blas_is_the_library_in_numpys_own_folders(monkeypatch):
+    site = Path(np.__file__).parent.parent
+    others = [{"user_api": "blas", "internal_api": "openblas", "architecture": "Zen",
+               "filepath": str(site / "scipy.libs" / "libscipy_openblas.so")},
+              {"user_api": "blas", "internal_api": "mkl", "filepath": "/opt/torch/libmkl.so"}]
+    own = {"user_api": "blas", "internal_api": "openblas", "architecture": "SkylakeX",
+           "filepath": str(site / "numpy.libs" / "libscipy_openblas64_.so")}
+    monkeypatch.setattr(threadpoolctl, "threadpool_info", lambda: [*others, own])
+    assert blas.numpy_blas() is own and blas.openblas_kernels() == "SkylakeX"
+    monkeypatch.setattr(threadpoolctl, "threadpool_info", lambda: others)  # none of NumPy's own
+    assert blas.numpy_blas() is others[0]
+    monkeypatch.setattr(threadpoolctl, "threadpool_info", lambda: others[1:])
+    assert blas.openblas_kernels() is None  # MKL says nothing of OpenBLAS's kernels
 
 
 @pytest.mark.parametrize("coretype, kernels, flags, held", [
