@@ -33,6 +33,8 @@ def cpu_generation() -> str:
     "family 26, model 2, AVX-512": the model name alone ("AMD EPYC") does not tell one
     generation from another, and their matmul rates differ (Zen 3 has no AVX-512, Zen 4 and
     5 do); "" where /proc/cpuinfo does not say."""
+    from minitransformer.blas import processor_flags
+
     cpuinfo = Path("/proc/cpuinfo")
     if not cpuinfo.is_file():
         return ""
@@ -42,7 +44,7 @@ def cpu_generation() -> str:
             break  # the first processor's block is enough
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
-    flags = set(fields.get("flags", "").split())
+    flags = processor_flags()
     vectors = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
     parts = [f"family {fields['cpu family']}" if "cpu family" in fields else "",
              f"model {fields['model']}" if "model" in fields else "", vectors]
