@@ -37,7 +37,7 @@ import operator
 from .. import backend
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
-from . import _cuda
+from . import _cuda, _packed
 from ._blocks import for_blocks
 from ._broadcast import broadcast_shapes, require_float
 from ._products import matmul
@@ -83,9 +83,13 @@ class ScaledDotProductAttention(Function):
         q, k, v, P, out = self.saved
         xp = backend.get_array_module(dout)
         want_dqk = self.needs_input_grad[0] or self.needs_input_grad[1]
-        dq = xp.empty_like(q) if self.needs_input_grad[0] else None
-        dk = xp.empty_like(k) if self.needs_input_grad[1] else None
-        dv = xp.empty_like(v) if self.needs_input_grad[2] else None
+        # dq, dk, dv laid out as q, k, v: where those are one projection split (self-
+        # attention's Q, K, V; cross-attention's K, V), the gradients are that one array
+        # (_packed.py), which the split's backward hands on without a copy
+        wanted = [a for a, need in zip((q, k, v), self.needs_input_grad[:3], strict=True)
+                  if need]
+        grads = iter(_packed.empty_like_views(xp, wanted))
+        dq, dk, dv = (next(grads) if need else None for need in self.needs_input_grad[:3])
         # on the GPU through cuBLAS directly (a CUDA graph can hold it); on a CPU worker's
         # block, one single-threaded BLAS call
         mm = matmul if _cuda.is_cupy(xp) else xp.matmul

@@ -16,6 +16,7 @@ from typing import Any
 from .. import backend
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
+from . import _packed
 from ._blocks import for_blocks
 from ._broadcast import broadcast_shapes, match_float_dtypes, sum_to
 
@@ -128,6 +129,10 @@ class Split(Function):
         # fwd: (y_1, ..., y_n) = split(a)  ->  da = concat(dy_1, ..., dy_n)
         xp = backend.get_array_module(douts[0])
         axis = self.axis % douts[0].ndim
+        # already side by side in one array (attention's dq, dk, dv: _packed.py): that array
+        whole = _packed.side_by_side(douts, axis)
+        if whole is not None:
+            return whole
         if axis == 0 or xp is not backend.get_backend("cpu").xp:
             return xp.concatenate(douts, axis=axis)
         # along a later axis (multi-head attention's dq, dk, dv into the fused projection's
