@@ -15,6 +15,7 @@ The graph is made of Function nodes. Each node knows, per input, where that inpu
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,9 +27,9 @@ def run_backward(roots: Sequence[Any], grads: Sequence[Any], retain_graph: bool 
     """Accumulate d(sum_i <roots[i], grads[i]>)/d(leaf) into every leaf's ``.grad``.
 
     The gradients that reach one output of a node (a tensor used twice) are summed by
-    ``sum_gradients(a, b)``, a new array (never written into a or b: backward outputs may
-    alias each other); a + b by default. ``Tensor.backward`` passes functional's, which adds
-    large arrays on the worker threads."""
+    ``sum_gradients(a, b, out=None)``: into ``a`` itself (``out=a``) when nothing else refers
+    to it, else a new array (backward outputs may alias each other); a + b by default.
+    ``Tensor.backward`` passes functional's, which adds large arrays on the worker threads."""
     sum_gradients = sum_gradients or _added
     pending: dict[Any, list] = {}  # node -> gradient arriving at each of its outputs
     for root, grad in zip(roots, grads, strict=True):
@@ -52,14 +53,14 @@ def run_backward(roots: Sequence[Any], grads: Sequence[Any], retain_graph: bool 
                 output.grad = dout.copy() if output.grad is None else output.grad + dout
 
         dinputs = node.backward(*douts)
-        if not isinstance(dinputs, tuple):
-            dinputs = (dinputs,)
+        dinputs = list(dinputs) if isinstance(dinputs, tuple) else [dinputs]
         if len(dinputs) != len(node.next_edges):
             raise RuntimeError(
                 f"{node.name}.backward returned {len(dinputs)} gradients for "
                 f"{len(node.next_edges)} inputs; return one per input (None where not needed)."
             )
-        for i, (edge, dinput) in enumerate(zip(node.next_edges, dinputs, strict=True)):
+        for i, edge in enumerate(node.next_edges):
+            dinput, dinputs[i] = dinputs[i], None  # held here alone, unless held elsewhere
             if edge is None or dinput is None:
                 continue
             shape, dtype = node.input_meta[i]
@@ -71,7 +72,9 @@ def run_backward(roots: Sequence[Any], grads: Sequence[Any], retain_graph: bool 
                 )
             # NumPy gives a 0-d result as a scalar (numpy.float64): make it an array, which
             # the leaf's .grad must be for updates in place (clip_grad_norm's g *= scale)
-            _send(edge, backend.array_result(dinput), pending, sum_gradients)
+            dinput = backend.array_result(dinput)
+            owned = _sole_owner(dinput, held_by=1)  # before the call puts it on the stack
+            _send(edge, dinput, pending, sum_gradients, owned)
         if not retain_graph:
             node.release()
 
@@ -91,25 +94,44 @@ def _check_versions(node: Any) -> None:
                 "the update.")
 
 
-def _added(a: Any, b: Any) -> Any:
-    """a + b, a new array."""
-    return a + b
+def _added(a: Any, b: Any, out: Any = None) -> Any:
+    """a + b, a new array (into ``out`` when given)."""
+    return a + b if out is None else backend.get_array_module(a).add(a, b, out=out)
 
 
-def _send(edge: Any, grad: Any, pending: dict, sum_gradients: Callable = _added) -> None:
-    """Deliver ``grad`` along ``edge``: into a node's pending slot or a leaf's ``.grad``."""
+def _send(edge: Any, grad: Any, pending: dict, sum_gradients: Callable = _added,
+          owned: bool = False) -> None:
+    """Deliver ``grad`` along ``edge``: into a node's pending slot or a leaf's ``.grad``.
+    ``owned``: nothing but the caller refers to ``grad`` (``_sole_owner``)."""
     if isinstance(edge, tuple):
         node, index = edge
         slots = pending.setdefault(node, [None] * len(node.output_meta))
-        # A new array on the second use: backward outputs may alias each other (add returns
-        # dout for both inputs), so never add in place into an array somebody else holds.
-        slots[index] = grad if slots[index] is None else sum_gradients(slots[index], grad)
-    else:  # a leaf tensor
+        if slots[index] is None:
+            slots[index] = grad
+        # The second use adds into the first gradient where nothing else refers to it (a
+        # backward's new array), else into a new array: backward outputs may alias each
+        # other (add returns dout for both inputs) and may be kept (a node's saved values)
+        elif _sole_owner(slots[index], held_by=1):  # the slot list alone
+            sum_gradients(slots[index], grad, out=slots[index])
+        else:
+            slots[index] = sum_gradients(slots[index], grad)
+    else:  # a leaf tensor: it owns its gradient buffer
         leaf = edge
         if leaf.grad is None:
-            leaf.grad = grad.copy()  # the leaf owns its gradient buffer
+            leaf.grad = grad if owned else grad.copy()
         else:
             leaf.grad += grad
+
+
+def _sole_owner(a: Any, held_by: int) -> bool:
+    """True if ``a`` is a NumPy array that owns its memory (no view of another array), is
+    writable and C-contiguous, and has no references but the ``held_by`` its caller knows
+    of: nobody else can see it change or be kept. Such a gradient is taken as it is, where
+    another would be copied (PyTorch's AccumulateGrad and InputBuffer decide by a reference
+    count in the same way). ``getrefcount`` counts its own argument and this function's."""
+    numpy = backend.get_backend("cpu").xp
+    return (type(a) is numpy.ndarray and a.base is None and a.flags.writeable
+            and a.flags.c_contiguous and sys.getrefcount(a) <= held_by + 2)
 
 
 def graph_nodes(roots: list) -> list:

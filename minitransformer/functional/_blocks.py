@@ -266,18 +266,19 @@ def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any,
 MIN_SUM_BYTES = 1 << 20  # smaller sums take NumPy's a + b on the calling thread
 
 
-def added(a: Any, b: Any) -> Any:
-    """a + b in a new array, on blocks of elements on the worker threads where both are
-    NumPy arrays of one shape, dtype and C order of at least MIN_SUM_BYTES: the gradients
-    that reach a tensor used twice (the residual stream of every layer: 4 MB each in a
-    `small` step), which the engine sums (``Tensor.backward`` hands it this function)."""
+def added(a: Any, b: Any, out: Any = None) -> Any:
+    """a + b in a new array, or into ``out`` (which may be a), on blocks of elements on the
+    worker threads where all are NumPy arrays of one shape, dtype and C order of at least
+    MIN_SUM_BYTES: the gradients that reach a tensor used twice (the residual stream of
+    every layer: 4 MB each in a `small` step), which the engine sums (``Tensor.backward``
+    hands it this function)."""
     numpy = backend.get_backend("cpu").xp
-    if (type(a) is not numpy.ndarray or type(b) is not numpy.ndarray or a.shape != b.shape
-            or a.dtype != b.dtype or a.nbytes < MIN_SUM_BYTES
-            or not (a.flags.c_contiguous and b.flags.c_contiguous)):
-        return a + b
+    arrays = (a, b) if out is None else (a, b, out)
+    if (any(type(x) is not numpy.ndarray or x.shape != a.shape or x.dtype != a.dtype
+            or not x.flags.c_contiguous for x in arrays) or a.nbytes < MIN_SUM_BYTES):
+        return a + b if out is None else backend.get_array_module(a).add(a, b, out=out)
     xp = numpy
-    out = xp.empty_like(a)
+    out = xp.empty_like(a) if out is None else out
     for_element_blocks(lambda a, b, out: xp.add(a, b, out=out), (a, b, out), xp)
     return out
 

@@ -102,8 +102,12 @@ class DropoutAddLayerNorm(Function):
         r, keep, mean, shift, rstd, gain, scale = self.saved
         C = r.shape[-1]
         d2 = dout.reshape(-1, C)                                        # (N, C)
-        dr = xp.empty_like(d2)                                          # (N, C) = dx
-        dh = xp.empty_like(d2) if self.needs_input_grad[1] else None   # (N, C)
+        # dx and dh as arrays of their own of dout's shape, written through (N, C) views:
+        # the engine may then add x's other gradient into dx in place (engine._sole_owner)
+        dx = xp.empty(dout.shape, dtype=dout.dtype)                     # (..., C)
+        dr = dx.reshape(-1, C)                                          # (N, C) = dx
+        dh_out = xp.empty(dout.shape, dtype=dout.dtype) if self.needs_input_grad[1] else None
+        dh = None if dh_out is None else dh_out.reshape(-1, C)          # (N, C)
         partial: dict[int, tuple] = {}                                  # block start -> sums
 
         def gradients(rows):  # on a block of rows, on worker threads
@@ -120,9 +124,7 @@ class DropoutAddLayerNorm(Function):
             gradients = _compiled_backward(d2, self.saved, dr, dh, partial)
         for_blocks(gradients, d2.shape[0], C * dout.itemsize, xp)
         dgain, dbias = add_partial_sums(partial)
-        shape = dout.shape
-        return (dr.reshape(shape) if self.needs_input_grad[0] else None,
-                dh.reshape(shape) if dh is not None else None,
+        return (dx if self.needs_input_grad[0] else None, dh_out,
                 dgain if self.needs_input_grad[2] else None,
                 dbias if self.needs_input_grad[3] else None)
 

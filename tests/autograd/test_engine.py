@@ -1,5 +1,7 @@
 """The backward engine: graph shapes, accumulation, freeing, no_grad, detach."""
 
+import weakref
+
 import numpy as np
 import pytest
 
@@ -263,3 +265,87 @@ def test_a_recorded_call_tells_forward_which_inputs_want_a_gradient():
     with mt.no_grad():
         Peek()(a, b)
     assert seen == [(True, False), ()]
+
+
+# ------------------------------------------------------- gradients taken without a copy
+
+class _Fresh(Function):
+    """y = 2x; backward returns a new array, remembered only weakly (``made``)."""
+
+    made: list = []
+
+    def forward(self, x):
+        return x * 2
+
+    def backward(self, dout):
+        grad = dout * 2
+        _Fresh.made.append(weakref.ref(grad))
+        return grad
+
+
+class _Keeps(Function):
+    """y = 2x; backward returns an array that it also keeps (``kept``)."""
+
+    kept: list = []
+
+    def forward(self, x):
+        return x * 2
+
+    def backward(self, dout):
+        grad = dout * 2
+        _Keeps.kept.append(grad)
+        return grad
+
+
+class _Seen(Function):
+    """y = x; backward remembers (weakly) the dout the engine handed it."""
+
+    seen: list = []
+
+    def forward(self, x):
+        return x.copy()
+
+    def backward(self, dout):
+        _Seen.seen.append(weakref.ref(dout))
+        return dout.copy()
+
+
+def test_a_leaf_takes_a_new_gradient_that_nothing_else_holds_as_it_is():
+    _Fresh.made.clear()
+    x = leaf(np.ones((3, 4)))
+    _Fresh()(x).sum().backward()
+    assert x.grad is _Fresh.made[0]()
+    np.testing.assert_allclose(x.grad, 2.0)
+
+
+def test_a_leaf_copies_a_gradient_that_its_backward_also_keeps():
+    _Keeps.kept.clear()
+    x = leaf(np.ones((3, 4)))
+    _Keeps()(x).sum().backward()
+    assert x.grad is not _Keeps.kept[0]
+    x.grad += 1  # the leaf's buffer is its own: what the backward kept is untouched
+    np.testing.assert_allclose(_Keeps.kept[0], 2.0)
+
+
+def test_a_leaf_copies_a_gradient_that_is_a_view():
+    x = leaf(np.ones((3, 4)))
+    x.reshape(12).sum().backward()  # Reshape's backward: a view of the seed
+    assert x.grad.base is None
+
+
+def test_the_second_gradient_of_a_tensor_used_twice_is_added_into_a_new_first_one():
+    """y = f(x) used by _Fresh and _Keeps: the sum reaches _Seen's backward in the first
+    gradient's own array when nothing else holds it, in a new array otherwise."""
+    for first, second, in_place in ((_Fresh, _Keeps, True), (_Keeps, _Fresh, False)):
+        _Fresh.made.clear(), _Keeps.kept.clear(), _Seen.seen.clear()
+        x = leaf(np.ones((3, 4)))
+        y = _Seen()(x)
+        total = second()(y).sum() + first()(y).sum() * 3.0  # first's backward runs first
+        total.backward()
+        np.testing.assert_allclose(x.grad, 2.0 + 6.0)
+        arrived = _Seen.seen[0]()
+        made_first = (_Fresh.made if first is _Fresh else _Keeps.kept)[0]
+        made_first = made_first() if first is _Fresh else made_first
+        assert (arrived is made_first) == in_place
+        if not in_place:
+            np.testing.assert_allclose(_Keeps.kept[0], 6.0)  # the kept array is untouched
