@@ -15,11 +15,11 @@ formulas (tests check them against it, and their gradients against finite differ
 What is compiled: the post-LN residual (dropout, sum and layer norm, ``residual.py``), the
 layer norm (``normalization.py``), the feed-forward layer's bias and ReLU and their backward
 (``linalg.py``), the embedding's scatter-add backward (``embedding.py``), Adam's update
-(``optim.py``), the loss's passes before and after its exp (``loss.py``), dropout's
+(``optim.py``), the loss's passes before and after its exp (``loss.py``), attention's
+softmax before and after its exp and the softmax's backward (``attention.py``), dropout's
 random words (``dropout.py``) and beam search's gather-and-append of the keys and values it
-keeps (``nn/attention.py``). Not exp itself, nor
-the softmax: NumPy's exp is vectorised where Numba's, without Intel's SVML, calls the C library
-once per element (ten times slower, measured on the Xeon).
+keeps (``nn/attention.py``). Not exp itself: NumPy's exp is vectorised where Numba's, without
+Intel's SVML, calls the C library once per element (ten times slower, measured on the Xeon).
 
 Every kernel but the gather-and-append (whole arrays, on a decoding share's own thread)
 takes one block of rows (or elements) and releases Python's lock
@@ -271,6 +271,67 @@ def kernels() -> Any:
             e[i, targets[i]] -= e.dtype.type(scale * (1.0 - eps))
 
     @jit
+    def softmax_shift(P, mask, use_mask, scale):
+        """Scores (b, H, T, S) in place: S = P · scale, -inf where ``use_mask`` and not mask
+        (broadcast to P's shape), then minus the row's max (0 for a row with every key
+        masked). A NaN is not a max here, where NumPy's max is NaN: its row ends all NaN
+        either way once the row's sum meets the NaN."""
+        b, H, T, S = P.shape
+        low = P.dtype.type(-math.inf)
+        for i in range(b):
+            for h in range(H):
+                for t in range(T):
+                    row, allowed = P[i, h, t], mask[i, h, t]
+                    top = low
+                    for j in range(S):
+                        value = row[j] * scale
+                        if use_mask and not allowed[j]:
+                            value = low
+                        row[j] = value
+                        if value > top:
+                            top = value
+                    if top == low:
+                        top = P.dtype.type(0)
+                    for j in range(S):
+                        row[j] -= top
+
+    @jit
+    def softmax_normalize(P):
+        """Rows (b, H, T, S) of e in place: e / Σe (float64 sums), a row summing to 0 (every
+        key masked) left at 0."""
+        b, H, T, S = P.shape
+        for i in range(b):
+            for h in range(H):
+                for t in range(T):
+                    row = P[i, h, t]
+                    total = 0.0
+                    for j in range(S):
+                        total += row[j]
+                    if total == 0.0:
+                        total = 1.0
+                    inverse = P.dtype.type(1.0 / total)
+                    for j in range(S):
+                        row[j] *= inverse
+
+    @jit
+    def softmax_gradient(dS, P, g, out, scale):
+        """dS (b, H, T, S), holding dP, in place: scale · P ∘ (dP - g_t · out_t), with
+        g = dout and out (b, H, T, Dv) (float64 dot products)."""
+        b, H, T, S = dS.shape
+        Dv = g.shape[3]
+        for i in range(b):
+            for h in range(H):
+                for t in range(T):
+                    g_row, out_row, d_row, p_row = g[i, h, t], out[i, h, t], dS[i, h, t], \
+                        P[i, h, t]
+                    delta = 0.0
+                    for d in range(Dv):
+                        delta += g_row[d] * out_row[d]
+                    shift = dS.dtype.type(delta)
+                    for j in range(S):
+                        d_row[j] = p_row[j] * (d_row[j] - shift) * scale
+
+    @jit
     def splitmix_words(key, first, out):
         """out[i] = SplitMix64's word first + i of ``key``: mix(key + (first + i + 1) γ), as
         dropout.py's NumPy code (uint64 throughout: a signed operand would make it float)."""
@@ -303,7 +364,9 @@ def kernels() -> Any:
                         out[r, h, S + s, d] = new[r, h, s, d]
 
     return types.SimpleNamespace(
-        gather_append=gather_append, splitmix_words=splitmix_words, shift_rows=shift_rows,
+        softmax_shift=softmax_shift, softmax_normalize=softmax_normalize,
+        softmax_gradient=softmax_gradient, gather_append=gather_append,
+        splitmix_words=splitmix_words, shift_rows=shift_rows,
         cross_entropy_gradient=cross_entropy_gradient,
         residual_forward=residual_forward, residual_backward=residual_backward,
         layer_norm_forward=layer_norm_forward, layer_norm_backward=layer_norm_backward,

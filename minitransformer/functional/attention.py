@@ -37,7 +37,7 @@ import operator
 from .. import backend
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
-from . import _cuda, _packed
+from . import _compiled, _cuda, _packed
 from ._blocks import for_blocks
 from ._broadcast import broadcast_shapes, require_float
 from ._products import matmul
@@ -65,11 +65,12 @@ class ScaledDotProductAttention(Function):
         else:  # all steps on one block of the leading axis at a time, while it is in cache
             P = xp.empty(q.shape[:-1] + (k.shape[-2],), dtype=q.dtype)  # (..., T, S)
             out = _heads_last(xp, q.shape[:-1] + (v.shape[-1],), q.dtype)  # (..., T, Dv)
+            softmax_ = _compiled_softmax_ if _compiled_path(xp, P, q) else _masked_softmax_
 
             def attend(rows):
                 # 1. S = Q Kᵀ / √D, in place in P (steps 2-5 too)
                 p = xp.matmul(q[rows], xp.swapaxes(k[rows], -1, -2), out=P[rows])
-                _masked_softmax_(xp, p, _block_of(mask, rows, P.ndim), scale)
+                softmax_(xp, p, _block_of(mask, rows, P.ndim), scale)
                 # 6. out = P V
                 xp.matmul(p, v[rows], out=out[rows])
             _for_leading_blocks(attend, P, xp)
@@ -93,6 +94,7 @@ class ScaledDotProductAttention(Function):
         # on the GPU through cuBLAS directly (a CUDA graph can hold it); on a CPU worker's
         # block, one single-threaded BLAS call
         mm = matmul if _cuda.is_cupy(xp) else xp.matmul
+        compiled = _compiled_path(xp, P, dout)
 
         def gradients(rows):  # a block of the leading axis (all of it on the GPU)
             p, g = P[rows], dout[rows]
@@ -106,19 +108,26 @@ class ScaledDotProductAttention(Function):
             # The row sum is the shorter rowsum(dout ∘ out) over Dv instead of S:
             # Σ_j P_ij dP_ij = Σ_j P_ij (dout_i · v_j) = dout_i · Σ_j P_ij v_j = dout_i · out_i.
             # (masked entries and fully masked rows have P = 0, hence dS = 0)
-            delta = sum_last(g * out[rows])[..., None]                  # (..., T, 1)
-            if _cuda.is_cupy(xp):
-                dS = _cuda.softmax_backward_(dS, p, delta)              # one kernel
+            scaled = compiled  # dS / √D made at once (compiled), else dQ and dK scaled
+            if compiled:  # the row's dot product and dS in one pass, times 1 / √D
+                _compiled.kernels().softmax_gradient(dS, p, g, out[rows],
+                                                     dS.dtype.type(self.scale))
             else:
-                dS -= delta                                             # (..., T, S)
-                dS *= p
+                delta = sum_last(g * out[rows])[..., None]              # (..., T, 1)
+                if _cuda.is_cupy(xp):
+                    dS = _cuda.softmax_backward_(dS, p, delta)          # one kernel
+                else:
+                    dS -= delta                                         # (..., T, S)
+                    dS *= p
             # fwd 1: S = Q Kᵀ / √D  ->  dQ = dS K / √D,  dK = dSᵀ Q / √D
             if dq is not None:
                 mm(dS, k[rows], out=dq[rows])                           # (..., T, D)
-                dq[rows] *= self.scale
+                if not scaled:
+                    dq[rows] *= self.scale
             if dk is not None:
                 mm(xp.swapaxes(dS, -1, -2), q[rows], out=dk[rows])      # (..., S, D)
-                dk[rows] *= self.scale
+                if not scaled:
+                    dk[rows] *= self.scale
         _for_leading_blocks(gradients, P, xp)
         return (dq, dk, dv, None) if self.has_mask else (dq, dk, dv)
 
@@ -170,6 +179,28 @@ def _masked_softmax_(xp, P, mask, scale):
     denom = sum_last(P)[..., None]                                      # (..., T, 1)
     xp.copyto(denom, 1, where=denom == 0)
     P /= denom
+    return P
+
+
+def _compiled_path(xp, P, *arrays) -> bool:
+    """Whether the softmax and its backward take the compiled kernels (``_compiled.py``):
+    on NumPy with Numba, float32 or float64, for scores (B, H, T, S), multi-head attention's."""
+    return P.ndim == 4 and _compiled.enabled(xp, P, *arrays)
+
+
+def _compiled_softmax_(xp, P, mask, scale):
+    """Steps 1-5 of forward in compiled passes on scores P (b, H, T, S), in place: the
+    scale, the mask, the row max and the shift in one, NumPy's exp (vectorised, where Numba's
+    is not), the row sum and the division in one. The same numbers as ``_masked_softmax_``
+    but for the order of rounding in the row's sum."""
+    if P.shape[-1] == 0:
+        return P
+    kernels = _compiled.kernels()
+    use_mask = mask is not None
+    mask = xp.broadcast_to(mask, P.shape) if use_mask else xp.ones((1, 1, 1, 1), dtype=bool)
+    kernels.softmax_shift(P, mask, use_mask, P.dtype.type(scale))
+    xp.exp(P, out=P)
+    kernels.softmax_normalize(P)
     return P
 
 

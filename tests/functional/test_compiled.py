@@ -21,9 +21,9 @@ from minitransformer.verify.module_cases import MODULE_CASES, run_module_case
 pytest.importorskip("numba")
 
 COMPILED = {"layer_norm", "dropout_add_layer_norm", "embedding", "linear_relu",
-            "cross_entropy"}
+            "cross_entropy", "scaled_dot_product_attention"}
 MODULES = {"LayerNorm", "Embedding", "PositionwiseFeedForward", "Residual", "EncoderLayer",
-           "DecoderLayer", "Transformer+loss"}
+           "DecoderLayer", "Transformer+loss", "MultiHeadAttention"}
 RNG = np.random.default_rng(0)
 TOLERANCE = {"float64": dict(rtol=1e-12, atol=1e-12), "float32": dict(rtol=2e-5, atol=2e-6)}
 
@@ -116,6 +116,44 @@ def test_compiled_cross_entropy_gives_numpys_numbers(compiled, monkeypatch, dtyp
         np.testing.assert_allclose(actual, expected, **TOLERANCE[dtype])
     if ignore_index is not None:
         assert (compiled_results[1][0, :10] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mask", ["none", "padding (B,1,1,S)", "causal (T,S)",
+                                  "fully masked rows (B,H,T,S)"])
+def test_compiled_attention_gives_numpys_numbers(compiled, monkeypatch, dtype, mask):
+    """The softmax (scale, mask, max, shift; exp; sum, division) and its backward (the row's
+    dot product, dS, the 1/√D folded in) as NumPy's, over many blocks of the batch; a query
+    whose keys are all masked gets zero weights, output and gradient either way."""
+    B, H, T, S, D = 6, 2, 5, 7, 4
+    q, k, v = (RNG.standard_normal(shape).astype(dtype)
+               for shape in ((B, H, T, D), (B, H, S, D), (B, H, S, D)))
+    masks = {"none": None, "padding (B,1,1,S)": RNG.random((B, 1, 1, S)) < 0.7,
+             "causal (T,S)": np.tril(np.ones((T, S), bool)),
+             "fully masked rows (B,H,T,S)": RNG.random((B, H, T, S)) < 0.5}
+    chosen = masks[mask]
+    if chosen is not None and chosen.ndim == 4:
+        chosen[:, :, 0] = False                          # every key of query 0 masked
+    arrays = (q, k, v) if chosen is None else (q, k, v, chosen)
+    numpy_results, compiled_results = _both_ways(F.scaled_dot_product_attention, arrays,
+                                                 monkeypatch)
+    for expected, actual in zip(numpy_results, compiled_results, strict=True):
+        np.testing.assert_allclose(actual, expected, **TOLERANCE[dtype])
+    if chosen is not None and chosen.ndim == 4:
+        out, dq = compiled_results[0], compiled_results[1]
+        assert not out[:, :, 0].any() and not dq[:, :, 0].any()
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_compiled_attention_lets_nan_and_inf_through(compiled, bad):
+    """A non-finite score makes its query's row non-finite, as NumPy's max and exp do, and
+    leaves the other rows alone."""
+    q = RNG.standard_normal((1, 1, 3, 4)).astype(np.float32)
+    k, v = (RNG.standard_normal((1, 1, 5, 4)).astype(np.float32) for _ in range(2))
+    q[0, 0, 1, 0] = bad
+    k[0, 0, :, 0] = 1.0                                   # so the bad q meets every key
+    out = F.scaled_dot_product_attention(mt.tensor(q), mt.tensor(k), mt.tensor(v)).numpy()
+    assert np.isfinite(out[0, 0, [0, 2]]).all() and not np.isfinite(out[0, 0, 1]).all()
 
 
 def test_compiled_cross_entropy_gives_ignored_rows_zero_gradient_whatever_they_hold(compiled):
