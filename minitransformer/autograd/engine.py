@@ -23,12 +23,13 @@ from .. import backend
 
 
 def run_backward(roots: Sequence[Any], grads: Sequence[Any], retain_graph: bool = False,
-                 sum_gradients: Callable[[Any, Any], Any] | None = None) -> None:
+                 sum_gradients: Callable[..., Any] | None = None) -> None:
     """Accumulate d(sum_i <roots[i], grads[i]>)/d(leaf) into every leaf's ``.grad``.
 
     The gradients that reach one output of a node (a tensor used twice) are summed by
-    ``sum_gradients(a, b, out=None)``: into ``a`` itself (``out=a``) when nothing else refers
-    to it, else a new array (backward outputs may alias each other); a + b by default.
+    ``sum_gradients(a, b, out=None)`` (it must take ``out``): into ``a`` itself (``out=a``)
+    when nothing else refers to it, else a new array (backward outputs may alias each other);
+    a + b by default.
     ``Tensor.backward`` passes functional's, which adds large arrays on the worker threads."""
     sum_gradients = sum_gradients or _added
     pending: dict[Any, list] = {}  # node -> gradient arriving at each of its outputs
@@ -123,15 +124,23 @@ def _send(edge: Any, grad: Any, pending: dict, sum_gradients: Callable = _added,
             leaf.grad += grad
 
 
+# Reference counts that count every holder: CPython with its global lock, before 3.14 (3.14
+# may pass a local to a call without counting it, and a free-threaded build counts apart)
+_EXACT_REFCOUNTS = (sys.implementation.name == "cpython" and sys.version_info < (3, 14)
+                    and getattr(sys, "_is_gil_enabled", lambda: True)())
+
+
 def _sole_owner(a: Any, held_by: int) -> bool:
     """True if ``a`` is a NumPy array that owns its memory (no view of another array), is
     writable and C-contiguous, and has no references but the ``held_by`` its caller knows
     of: nobody else can see it change or be kept. Such a gradient is taken as it is, where
     another would be copied (PyTorch's AccumulateGrad and InputBuffer decide by a reference
-    count in the same way). ``getrefcount`` counts its own argument and this function's."""
+    count in the same way). ``getrefcount`` counts its own argument and this function's.
+    Always False where reference counts may leave holders out (``_EXACT_REFCOUNTS``)."""
     numpy = backend.get_backend("cpu").xp
-    return (type(a) is numpy.ndarray and a.base is None and a.flags.writeable
-            and a.flags.c_contiguous and sys.getrefcount(a) <= held_by + 2)
+    return (_EXACT_REFCOUNTS and type(a) is numpy.ndarray and a.base is None
+            and a.flags.writeable and a.flags.c_contiguous
+            and sys.getrefcount(a) <= held_by + 2)
 
 
 def graph_nodes(roots: list) -> list:

@@ -35,15 +35,17 @@ def _address(a: Any) -> int:
 
 def empty_like_views(xp: Any, arrays: list) -> list:
     """Empty arrays shaped and strided as ``arrays``. Those that are views of one array (their
-    common ``.base``: cross-attention's K and V, not its Q), pairwise disjoint and together
-    exactly as large as it, become views of one new buffer at the same offsets: written in
-    full, the buffer is laid out as that array. Every other one is its own ``empty_like``."""
+    common ``.base``: cross-attention's K and V, not its Q), none of them broadcast (a zero
+    stride), pairwise disjoint and together exactly as large as it, become views of one new
+    buffer at the same offsets: written in full, the buffer is laid out as that array. Every
+    other one is its own ``empty_like``."""
     numpy = backend.get_backend("cpu").xp
     empty = [None] * len(arrays)
     if xp is numpy:
         groups: dict[int, list[int]] = {}
         for i, a in enumerate(arrays):
-            if type(a) is numpy.ndarray and type(a.base) is numpy.ndarray:
+            if (type(a) is numpy.ndarray and type(a.base) is numpy.ndarray
+                    and not _broadcast(a)):
                 groups.setdefault(id(a.base), []).append(i)
         for members in groups.values():
             views = [arrays[i] for i in members]
@@ -53,38 +55,58 @@ def empty_like_views(xp: Any, arrays: list) -> list:
                 continue
             buffer = numpy.empty(base.nbytes, dtype=numpy.uint8)
             start = _address(base)
-            for i, a in zip(members, views, strict=True):
-                empty[i] = numpy.ndarray(a.shape, a.dtype, buffer, _address(a) - start,
-                                         a.strides)
+            try:
+                made = [numpy.ndarray(a.shape, a.dtype, buffer, _address(a) - start, a.strides)
+                        for a in views]
+            except ValueError:  # a view that the new buffer cannot mirror: separate arrays
+                continue
+            for i, view in zip(members, made, strict=True):
+                empty[i] = view
     return [xp.empty_like(a) if e is None else e for a, e in zip(arrays, empty, strict=True)]
+
+
+def _broadcast(a: Any) -> bool:
+    """True if an axis of ``a`` longer than 1 has stride 0 (its elements repeat)."""
+    return any(stride == 0 and n > 1 for n, stride in zip(a.shape, a.strides, strict=True))
 
 
 def _any_overlap(numpy: Any, arrays: list) -> bool:
     """True if two of ``arrays`` share an element (or telling would take too long)."""
+    too_hard = getattr(numpy, "exceptions", numpy).TooHardError  # NumPy < 1.25: numpy's own
     try:
         return any(numpy.shares_memory(a, b, max_work=MAX_OVERLAP_WORK)
                    for a, b in itertools.combinations(arrays, 2))
-    except numpy.exceptions.TooHardError:
+    except too_hard:
         return True
 
 
 def side_by_side(parts: tuple, axis: int) -> Any:
     """The array whose consecutive sections along ``axis`` are ``parts``, or None: NumPy views
     of one buffer with one dtype and strides, the same shape but along ``axis``, each starting
-    where the one before it ends."""
+    where the one before it ends (so none is broadcast along ``axis``). Writable only if
+    every part is."""
     numpy = backend.get_backend("cpu").xp
     first = parts[0]
-    base = first.base
-    if type(first) is not numpy.ndarray or type(base) is not numpy.ndarray:
+    if type(first) is not numpy.ndarray or type(first.base) is not numpy.ndarray:
         return None
     address, step = _address(first), first.strides[axis]
+    if step == 0:
+        return None
     for part in parts:
-        if (type(part) is not numpy.ndarray or part.base is not base or part.dtype != first.dtype
-                or part.strides != first.strides or _address(part) != address
+        if (type(part) is not numpy.ndarray or part.base is not first.base
+                or part.dtype != first.dtype or part.strides != first.strides
+                or _address(part) != address
                 or part.shape[:axis] != first.shape[:axis]
                 or part.shape[axis + 1:] != first.shape[axis + 1:]):
             return None
         address += part.shape[axis] * step
     shape = first.shape[:axis] + (sum(p.shape[axis] for p in parts),) + first.shape[axis + 1:]
-    return numpy.ndarray(shape, first.dtype, base, _address(first) - _address(base),
-                         first.strides)
+    base = first.base
+    try:  # a view of the parts' base, as the parts are
+        whole = numpy.ndarray(shape, first.dtype, base, _address(first) - _address(base),
+                              first.strides)
+    except ValueError:  # a base whose memory NumPy will not lend (its axes out of order)
+        whole = numpy.lib.stride_tricks.as_strided(first, shape, first.strides)
+    if not all(part.flags.writeable for part in parts):
+        whole.flags.writeable = False
+    return whole

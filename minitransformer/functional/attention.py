@@ -192,12 +192,13 @@ def _compiled_softmax_(xp, P, mask, scale):
     """Steps 1-5 of forward in compiled passes on scores P (b, H, T, S), in place: the
     scale, the mask, the row max and the shift in one, NumPy's exp (vectorised, where Numba's
     is not), the row sum and the division in one. The same numbers as ``_masked_softmax_``
-    but for the order of rounding in the row's sum."""
+    but for the rounding of the row's sum (another order, in float64) and of the division
+    (a product with the sum's reciprocal)."""
     if P.shape[-1] == 0:
         return P
     kernels = _compiled.kernels()
     use_mask = mask is not None
-    mask = xp.broadcast_to(mask, P.shape) if use_mask else xp.ones((1, 1, 1, 1), dtype=bool)
+    mask = xp.broadcast_to(mask if use_mask else xp.ones((), dtype=bool), P.shape)
     kernels.softmax_shift(P, mask, use_mask, P.dtype.type(scale))
     xp.exp(P, out=P)
     kernels.softmax_normalize(P)

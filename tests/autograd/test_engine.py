@@ -349,3 +349,15 @@ def test_the_second_gradient_of_a_tensor_used_twice_is_added_into_a_new_first_on
         assert (arrived is made_first) == in_place
         if not in_place:
             np.testing.assert_allclose(_Keeps.kept[0], 6.0)  # the kept array is untouched
+
+
+def test_where_reference_counts_may_leave_holders_out_every_gradient_is_copied(monkeypatch):
+    """On an interpreter whose counts are not exact (CPython 3.14's borrowed references, a
+    free-threaded build) nothing is taken as it is."""
+    from minitransformer.autograd import engine
+    monkeypatch.setattr(engine, "_EXACT_REFCOUNTS", False)
+    _Fresh.made.clear()
+    x = leaf(np.ones((3, 4)))
+    _Fresh()(x).sum().backward()
+    assert x.grad is not _Fresh.made[0]()
+    np.testing.assert_allclose(x.grad, 2.0)
