@@ -5,7 +5,10 @@ summed token losses giving summed gradients, which are divided by the number of 
 (an exact average over the effective batch), clipped to a global norm if asked, and applied by
 Adam at the rate of the paper's schedule. Every ``eval_every`` steps the model is validated
 (loss, and BLEU of greedy translations) and checkpointed; the best and the last checkpoints are
-kept, and the last ``keep_last`` step checkpoints for averaging at the end (§6.1).
+kept, and the last ``keep_last`` step checkpoints for averaging at the end (§6.1), and with
+``keep_best`` also that many of the lowest validation loss, averaged too: a run that goes on
+past its best validation (its loss rising as it overfits) averages those instead of its end
+when they validate better.
 
 Everything random in a step (dropout) is seeded from (seed, step, batch: one of the step's
 accumulated batches), and the batch order from (seed, epoch), so a run resumed from a
@@ -106,6 +109,7 @@ class TrainConfig:
     eval_every: int = 500          # steps between validation and checkpoints
     bleu_sentences: int = 500      # validation sentences translated for BLEU (0: none)
     keep_last: int = 5             # step checkpoints kept, and averaged at the end
+    keep_best: int = 0             # also those of the lowest validation loss, averaged too
     seed: int = 0
     progress: bool = True
     cuda_graphs: bool = False      # the step in CUDA graphs (translation/graphs.py), GPU only
@@ -115,8 +119,9 @@ class TrainConfig:
         if self.max_steps is None and self.max_epochs is None and self.time_budget is None:
             raise ValueError("give at least one of max_steps, max_epochs or time_budget, or "
                              "training would never stop.")
-        if self.shape_multiple < 0:
-            raise ValueError(f"shape_multiple must be 0 or more, got {self.shape_multiple}.")
+        for name in ("shape_multiple", "keep_best"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}.")
         for name in ("max_tokens", "accumulate", "warmup_steps", "eval_every", "keep_last",
                      "max_steps", "max_epochs"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
@@ -594,9 +599,13 @@ class Trainer:
                     or result["valid_loss"] < state["best_valid_loss"])
         if improved:
             state["best_valid_loss"] = result["valid_loss"]
+        if self.config.keep_best:  # [step, valid loss] of the lowest ones, lowest first
+            kept = [*state.get("kept_best", []), [state["step"], result["valid_loss"]]]
+            state["kept_best"] = sorted(kept, key=lambda pair: (pair[1], pair[0])
+                                        )[: self.config.keep_best]
         if not self.is_main:
             return result
-        step_path = self.checkpoints / f"step-{state['step']:07d}.npz"
+        step_path = self.checkpoints / _step_name(state["step"])
         with self._writing(f"the checkpoint of step {state['step']} ({step_path})"):
             save_checkpoint(step_path, self.model, self.optimizer, self.tokenizer.to_bytes(),
                             self._record(result))
@@ -604,8 +613,10 @@ class Trainer:
             self._saved_step = state["step"]
             if improved:
                 _link_atomically(step_path, self.checkpoints / "best.npz")
+            best = {_step_name(step) for step, _ in state.get("kept_best", [])}
             for old in sorted(self.checkpoints.glob("step-*.npz"))[: -self.config.keep_last]:
-                old.unlink()
+                if old.name not in best:
+                    old.unlink()
         tqdm.write(f"step {state['step']}: valid loss {result['valid_loss']:.3f}, ppl "
                    f"{result['valid_ppl']:.2f}"
                    + (f", BLEU {result['valid_bleu']:.2f}" if "valid_bleu" in result else ""))
@@ -657,30 +668,54 @@ class Trainer:
                                 f"{then}.") from None
 
     def _average(self) -> dict[str, Any]:
-        """Average the last step checkpoints (§6.1) and pick the final model: the average
-        when it validates at least as well as the best checkpoint, else the best. (Early in
-        a short run the average mixes in weights far from converged, and loses.)"""
-        paths = sorted(self.checkpoints.glob("step-*.npz"))[-self.config.keep_last:]
-        try:
-            averaged = average_checkpoints(paths)
-        except memory.MemoryLimitError as exc:
-            raise memory.MemoryLimitError(
-                f"training is done and its checkpoints are intact in {self.checkpoints}, but "
-                f"{str(exc).rstrip('.')}, then continue with --resume to average them.") from None
-        with self._writing(f"the averaged checkpoint ({self.checkpoints / 'averaged.npz'})"):
-            save_averaged(self.checkpoints / "averaged.npz", averaged)
+        """Average the last step checkpoints (§6.1), and with ``keep_best`` those of the lowest
+        validation loss, and pick the final model by validation loss: the average of the last
+        ones, else that of the best ones, else the best checkpoint, whichever validates best
+        (a tie goes to the first). (Early in a short run the average mixes in weights far
+        from converged, and loses; a run that overfits past its best validation averages
+        weights from after it.)"""
+        last = sorted(self.checkpoints.glob("step-*.npz"))[-self.config.keep_last:]
+        sets = [("averaged.npz", last)]
+        if self.config.keep_best:
+            best = [self.checkpoints / _step_name(step)
+                    for step, _ in sorted(self.state.get("kept_best", []))]
+            sets.append(("averaged-best.npz", [p for p in best if p.is_file()]))
         trained = {name: p.data for name, p in self.model.named_parameters()}
-        self.model.load_state_dict(averaged.model_state)
-        averaged_loss = self._valid_losses(SingleProcess())[0]  # rank 0 alone
+        summary: dict[str, Any] = {}
+        candidates = []
+        for name, paths in sets:
+            if not paths:
+                continue
+            try:
+                averaged = average_checkpoints(paths)
+            except memory.MemoryLimitError as exc:
+                raise memory.MemoryLimitError(
+                    f"training is done and its checkpoints are intact in {self.checkpoints}, "
+                    f"but {str(exc).rstrip('.')}, then continue with --resume to average "
+                    "them.") from None
+            with self._writing(f"the averaged checkpoint ({self.checkpoints / name})"):
+                save_averaged(self.checkpoints / name, averaged)
+            self.model.load_state_dict(averaged.model_state)
+            loss = self._valid_losses(SingleProcess())[0]  # rank 0 alone
+            key = name.removesuffix(".npz").replace("-", "_")
+            summary.update({key: str(self.checkpoints / name), f"{key}_valid_loss": loss})
+            candidates.append((loss, name, len(paths)))
         self.model.load_state_dict({n: backend.to_numpy(a) for n, a in trained.items()})
-        use_average = averaged_loss <= self.state["best_valid_loss"]
-        final = self.checkpoints / ("averaged.npz" if use_average else "best.npz")
+        candidates.append((self.state["best_valid_loss"], "best.npz", 1))
+        chosen = min(candidates, key=lambda c: c[0])  # the first of equal losses
+        final = self.checkpoints / chosen[1]
         with self._writing(f"the final checkpoint ({self.checkpoints / 'final.npz'})"):
             _link_atomically(final, self.checkpoints / "final.npz")
-        tqdm.write(f"averaged {len(paths)} checkpoints: valid loss {averaged_loss:.3f} against "
-                   f"the best {self.state['best_valid_loss']:.3f}; final model: {final.name}")
-        return {"averaged": str(self.checkpoints / "averaged.npz"),
-                "averaged_valid_loss": averaged_loss, "final": final.name}
+        tqdm.write("; ".join(f"{name.removesuffix('.npz')} of {n}: valid loss {loss:.3f}"
+                             for loss, name, n in candidates)
+                   + f"; final model: {final.name}")
+        summary["final"] = final.name
+        return summary
+
+
+def _step_name(step: int) -> str:
+    """The file name of step ``step``'s checkpoint."""
+    return f"step-{step:07d}.npz"
 
 
 class _Log:

@@ -79,6 +79,27 @@ def test_a_run_leaves_best_last_averaged_and_the_last_step_checkpoints(tmp_path)
     assert [v["step"] for v in validations] == [2, 4, 6, 8]
 
 
+def test_keep_best_keeps_and_averages_the_checkpoints_of_lowest_validation_loss(tmp_path):
+    """With keep_best, the step checkpoints of the lowest validation losses stay beside the
+    last ones and are averaged into averaged-best.npz; the final model is whichever of the two
+    averages and the best checkpoint validates best."""
+    summary = make_trainer(tmp_path, max_steps=12, keep_last=1, keep_best=2).fit()
+    validations = {v["step"]: v["valid_loss"]
+                   for v in (json.loads(line)["validation"]
+                             for line in (tmp_path / "log.jsonl").read_text().splitlines()
+                             if "validation" in line)}
+    lowest = sorted(validations, key=lambda step: (validations[step], step))[:2]
+    kept = sorted(int(p.stem.split("-")[1]) for p in (tmp_path / "checkpoints").glob("step-*"))
+    assert kept == sorted({12, *lowest})
+    averaged_best = load_checkpoint(tmp_path / "checkpoints" / "averaged-best.npz")
+    assert sorted(Path(p).name for p in averaged_best.state["averaged_from"]) == \
+        [f"step-{step:07d}.npz" for step in sorted(lowest)]
+    losses_of = {"averaged.npz": summary["averaged_valid_loss"],
+                 "averaged-best.npz": summary["averaged_best_valid_loss"],
+                 "best.npz": min(validations.values())}
+    assert summary["final"] == min(losses_of, key=losses_of.get)
+
+
 def test_a_nan_loss_stops_training_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
     trainer = make_trainer(tmp_path, max_steps=20)
     original_step = trainer._step
@@ -253,6 +274,7 @@ def test_a_training_config_that_never_stops_is_refused():
     ({"clip_norm": 0.0}, "clip_norm must be greater than 0"),
     ({"time_budget": -60.0}, "time_budget must be greater than 0"),
     ({"keep_last": 0}, "keep_last must be at least 1"),
+    ({"keep_best": -1}, "keep_best must be 0 or more"),
     ({"max_epochs": 0}, "max_epochs must be at least 1"),
     ({"label_smoothing": 1.5}, "label_smoothing must satisfy"),
     ({"bleu_sentences": -1}, "bleu_sentences must be at least 0"),
