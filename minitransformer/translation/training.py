@@ -706,8 +706,9 @@ class Trainer:
         final = self.checkpoints / chosen[1]
         with self._writing(f"the final checkpoint ({self.checkpoints / 'final.npz'})"):
             _link_atomically(final, self.checkpoints / "final.npz")
-        tqdm.write("; ".join(f"{name.removesuffix('.npz')} of {n}: valid loss {loss:.3f}"
-                             for loss, name, n in candidates)
+        tqdm.write("; ".join(("the best checkpoint" if name == "best.npz" else
+                              f"{name.removesuffix('.npz')} ({n} checkpoints)")
+                             + f": valid loss {loss:.3f}" for loss, name, n in candidates)
                    + f"; final model: {final.name}")
         summary["final"] = final.name
         return summary
