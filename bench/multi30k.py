@@ -10,9 +10,10 @@ embeddings (7.58M parameters), label smoothing 0.1, Adam (0.9, 0.98, 1e-9) with 
 schedule at factor 0.7 and 800 warmup steps, batches of at most 4,000 padded tokens. Training
 and a validation after every epoch (loss and greedy BLEU on the 1,014 validation sentences)
 share the budget. Then test_2016_flickr is translated with greedy and beam-4 search by the
-last checkpoint, by the average of the last five epoch checkpoints and by the average of the
-five of lowest validation loss (``keep_best``; the final model is whichever of the averages
-and the best checkpoint validates best, as ``minitransformer train`` picks it), and scored with
+last checkpoint, the best (lowest validation loss), the average of the last five epoch
+checkpoints and the average of the five of lowest validation loss (``keep_best``; the final
+model is whichever of the averages and the best checkpoint validates best, as
+``minitransformer train`` picks it), and scored with
 sacreBLEU (13a, cased, detokenized). Everything measured is written to --out: the training
 log, a JSON summary, the translations (one file per decoding) and a plot of the curves.
 
@@ -117,7 +118,7 @@ def main(argv=None):
     results["final"] = summary["final"]
     results["averages_valid_loss"] = {name: summary.get(f"{name}_valid_loss")
                                       for name in ("averaged", "averaged_best")}
-    for name in ("last", "averaged", "averaged-best"):
+    for name in ("last", "averaged", "averaged-best", "best"):
         checkpoint = load_checkpoint(out / "checkpoints" / f"{name}.npz")
         results["test"].update(score_test_set(
             name, restore_model(checkpoint), Tokenizer.from_bytes(checkpoint.tokenizer_bytes),

@@ -377,6 +377,11 @@ class Trainer:
             raise CheckpointError(f"{path} has an incomplete optimizer state ({exc}); resume "
                                   "from another checkpoint of the run.") from None
         self.state.update(trainer_state)
+        # the best checkpoints that are still there (a later part of the run, resumed from
+        # here before, may have deleted some); later validations fill the free places
+        self.state["kept_best"] = [[step, loss] for step, loss in
+                                   self.state.get("kept_best", [])
+                                   if (self.checkpoints / _step_name(step)).is_file()]
         if path == self.checkpoints / "last.npz":
             self._saved_step = self.state["step"]
         with self._writing(f"the log {self.run_dir / 'log.jsonl'}"):
@@ -600,7 +605,8 @@ class Trainer:
         if improved:
             state["best_valid_loss"] = result["valid_loss"]
         if self.config.keep_best:  # [step, valid loss] of the lowest ones, lowest first
-            kept = [*state.get("kept_best", []), [state["step"], result["valid_loss"]]]
+            kept = [pair for pair in state.get("kept_best", []) if pair[0] != state["step"]]
+            kept.append([state["step"], result["valid_loss"]])  # once (a resumed end: again)
             state["kept_best"] = sorted(kept, key=lambda pair: (pair[1], pair[0])
                                         )[: self.config.keep_best]
         if not self.is_main:
@@ -613,7 +619,8 @@ class Trainer:
             self._saved_step = state["step"]
             if improved:
                 _link_atomically(step_path, self.checkpoints / "best.npz")
-            best = {_step_name(step) for step, _ in state.get("kept_best", [])}
+            best = {_step_name(step) for step, _ in state.get("kept_best", [])
+                    if self.config.keep_best}
             for old in sorted(self.checkpoints.glob("step-*.npz"))[: -self.config.keep_last]:
                 if old.name not in best:
                     old.unlink()

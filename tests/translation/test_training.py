@@ -79,25 +79,58 @@ def test_a_run_leaves_best_last_averaged_and_the_last_step_checkpoints(tmp_path)
     assert [v["step"] for v in validations] == [2, 4, 6, 8]
 
 
+def _with_validation_losses(trainer, losses):
+    """The trainer, its validation reporting ``losses[step]`` as the loss at each step (a run
+    that overfits: its best validations come before its last ones)."""
+    validate = trainer.validate
+
+    def scripted():
+        result = validate()
+        result["valid_loss"] = losses[trainer.state["step"]]
+        return result
+    trainer.validate = scripted
+    return trainer
+
+
+OVERFITTING = {2: 5.0, 4: 1.0, 6: 2.0, 8: 4.0, 10: 6.0, 12: 7.0}
+
+
 def test_keep_best_keeps_and_averages_the_checkpoints_of_lowest_validation_loss(tmp_path):
     """With keep_best, the step checkpoints of the lowest validation losses stay beside the
     last ones and are averaged into averaged-best.npz; the final model is whichever of the two
-    averages and the best checkpoint validates best."""
-    summary = make_trainer(tmp_path, max_steps=12, keep_last=1, keep_best=2).fit()
-    validations = {v["step"]: v["valid_loss"]
-                   for v in (json.loads(line)["validation"]
-                             for line in (tmp_path / "log.jsonl").read_text().splitlines()
-                             if "validation" in line)}
-    lowest = sorted(validations, key=lambda step: (validations[step], step))[:2]
+    averages and the best checkpoint validates best (the averages validated for real)."""
+    trainer = _with_validation_losses(
+        make_trainer(tmp_path, max_steps=12, keep_last=1, keep_best=2), OVERFITTING)
+    summary = trainer.fit()
     kept = sorted(int(p.stem.split("-")[1]) for p in (tmp_path / "checkpoints").glob("step-*"))
-    assert kept == sorted({12, *lowest})
+    assert kept == [4, 6, 12]                              # the two best, and the last
     averaged_best = load_checkpoint(tmp_path / "checkpoints" / "averaged-best.npz")
-    assert sorted(Path(p).name for p in averaged_best.state["averaged_from"]) == \
-        [f"step-{step:07d}.npz" for step in sorted(lowest)]
+    assert [Path(p).name for p in averaged_best.state["averaged_from"]] == \
+        ["step-0000004.npz", "step-0000006.npz"]
+    averaged = load_checkpoint(tmp_path / "checkpoints" / "averaged.npz")
+    assert [Path(p).name for p in averaged.state["averaged_from"]] == ["step-0000012.npz"]
     losses_of = {"averaged.npz": summary["averaged_valid_loss"],
-                 "averaged-best.npz": summary["averaged_best_valid_loss"],
-                 "best.npz": min(validations.values())}
+                 "averaged-best.npz": summary["averaged_best_valid_loss"], "best.npz": 1.0}
     assert summary["final"] == min(losses_of, key=losses_of.get)
+
+
+def test_keep_best_counts_a_step_once_when_a_finished_run_is_resumed(tmp_path):
+    """Resuming a finished run (to average again after a stop) validates its last step again:
+    it keeps one place among the best, and checkpoints deleted since are forgotten."""
+    losses = {**OVERFITTING, 12: 0.5}                      # the last step is the best
+    _with_validation_losses(
+        make_trainer(tmp_path, max_steps=12, keep_last=1, keep_best=2), losses).fit()
+    resumed = _with_validation_losses(
+        make_trainer(tmp_path, max_steps=12, keep_last=1, keep_best=2), losses)
+    resumed.resume(tmp_path / "checkpoints" / "last.npz")
+    resumed.fit()
+    assert [step for step, _ in resumed.state["kept_best"]] == [12, 4]
+    kept = sorted(int(p.stem.split("-")[1]) for p in (tmp_path / "checkpoints").glob("step-*"))
+    assert kept == [4, 12]
+    (tmp_path / "checkpoints" / "step-0000004.npz").unlink()  # as a later run might have
+    again = make_trainer(tmp_path, max_steps=12, keep_last=1, keep_best=2)
+    again.resume(tmp_path / "checkpoints" / "last.npz")
+    assert [step for step, _ in again.state["kept_best"]] == [12]
 
 
 def test_a_nan_loss_stops_training_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
