@@ -24,7 +24,8 @@ V the vocabulary, H heads of D = C / H (nn/attention.py, functional/linalg.py):
     attention       per (batch, head): forward Q Kᵀ (T, D) @ (D, S) and P V (T, S) @ (S, D);
                     backward dV = Pᵀ dout, dP = dout Vᵀ, dQ = dS K, dK = dSᵀ Q. Q, K and V
                     are views of the projection's output split into heads, (B, T, H, D) in
-                    memory; the attention output and dQ, dK, dV are laid out the same way.
+                    memory; the attention output and dout are laid out the same way, and dQ,
+                    dK, dV as Q, K, V are (one array, as their projection: _packed.py).
 
 Each distinct product is timed both ways the run's threads can share it, and the faster
 counts: one numpy.matmul call with BLAS at the run's thread count, and the product cut into
@@ -123,16 +124,16 @@ def attention_products(name: str, B: int, H: int, T: int, S: int, D: int, q: tup
     are the ("heads", i, n) layouts of Q and of K (V is the next part of K's projection)."""
     k, v = ("heads", *kv), ("heads", kv[0] + 1, kv[1])
     kT, vT = ("heads_T", *kv), ("heads_T", kv[0] + 1, kv[1])
-    heads = ("heads", 0, 1)              # the output, dout, dQ, dK, dV: (B, T, H, D) in memory
+    heads = ("heads", 0, 1)              # the output and dout: (B, T, H, D) in memory
     P, PT = Operand((B, H, T, S)), Operand((B, H, S, T), "T")
     return [Product(f"{name}: {what}", a, b, out, count, "ScaledDotProductAttention")
             for what, a, b, out in (
         ("S = Q Kᵀ", Operand((B, H, T, D), ("heads", *q)), Operand((B, H, D, S), kT), P),
         ("out = P V", P, Operand((B, H, S, D), v), Operand((B, H, T, D), heads)),
-        ("dV = Pᵀ dout", PT, Operand((B, H, T, D), heads), Operand((B, H, S, D), heads)),
+        ("dV = Pᵀ dout", PT, Operand((B, H, T, D), heads), Operand((B, H, S, D), v)),
         ("dP = dout Vᵀ", Operand((B, H, T, D), heads), Operand((B, H, D, S), vT), P),
-        ("dQ = dS K", P, Operand((B, H, S, D), k), Operand((B, H, T, D), heads)),
-        ("dK = dSᵀ Q", PT, Operand((B, H, T, D), ("heads", *q)), Operand((B, H, S, D), heads)),
+        ("dQ = dS K", P, Operand((B, H, S, D), k), Operand((B, H, T, D), ("heads", *q))),
+        ("dK = dSᵀ Q", PT, Operand((B, H, T, D), ("heads", *q)), Operand((B, H, S, D), k)),
     )]
 
 
