@@ -433,3 +433,23 @@ def test_train_notes_kernels_held_back_with_its_setup(tmp_path, capsys, monkeypa
     assert ("\nnote: OPENBLAS_CORETYPE=Haswell in the environment holds NumPy's matrix "
             "products to OpenBLAS's Haswell kernels") in out
     assert "OPENBLAS_CORETYPE" not in err  # stderr stays for what went wrong
+
+
+def test_keep_best_keeps_and_averages_the_best_checkpoints_too(tmp_path):
+    """--keep-best N: the run's settings record it, the checkpoints of lowest validation loss
+    stay and are averaged into averaged-best.npz, and the final model is one of the three."""
+    corpus = write_corpus(tmp_path / "corpus")
+    run = tmp_path / "run"
+    args = list(TRAIN_ARGS)
+    args[args.index("--max-steps") + 1], args[args.index("--keep-last") + 1] = "6", "1"
+    status = cli.main(["train", "--data", str(corpus), "--src-lang", "xx", "--tgt-lang", "yy",
+                       "--out", str(run), *args, "--keep-best", "2"])
+    assert status == 0
+    assert json.loads((run / "run.json").read_text())["train"]["keep_best"] == 2
+    averaged_best = load_checkpoint(run / "checkpoints" / "averaged-best.npz")
+    assert len(averaged_best.state["averaged_from"]) == 2
+    kept = sorted(p.name for p in (run / "checkpoints").glob("step-*.npz"))
+    assert len(kept) in (2, 3) and "step-0000006.npz" in kept  # the two best and the last
+    final = (run / "checkpoints" / "final.npz").read_bytes()  # a hard link or a copy
+    assert final in {(run / "checkpoints" / name).read_bytes()
+                     for name in ("averaged.npz", "averaged-best.npz", "best.npz")}
