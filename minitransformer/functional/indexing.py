@@ -135,8 +135,9 @@ class Split(Function):
             return whole
         if axis == 0 or xp is not backend.get_backend("cpu").xp:
             return xp.concatenate(douts, axis=axis)
-        # along a later axis (multi-head attention's dq, dk, dv into the fused projection's
-        # gradient): copied on blocks of the first axis on the worker threads
+        # along a later axis (gradients in arrays of their own, e.g. attention's on the
+        # NumPy path when its inputs were not one projection's split): copied on blocks of
+        # the first axis on the worker threads
         widths = [d.shape[axis] for d in douts]
         da = xp.empty(douts[0].shape[:axis] + (sum(widths),) + douts[0].shape[axis + 1:],
                       dtype=douts[0].dtype)
