@@ -1,6 +1,9 @@
 """Matrix products on the worker pool: every core for the layers' products, without BLAS's threads.
 
     matmul(a, b, out=None)      a @ b, as ``numpy.matmul`` (on CuPy: cuBLAS, ``_cublas.py``)
+    matmul(a, b, out, before=prepare, after=finish)
+                                a 2-D product with a pass over rows on either side: prepare(rows)
+                                writes rows of a, finish(rows) finishes rows of out
 
 BLAS parallelises a product itself: OpenBLAS gives each of its threads a fixed share of the
 product, and the threads wait for one another, spinning, at every panel of the reduction. On
@@ -21,10 +24,17 @@ for on a worker thread (decoding's shares), run at once on the calling thread.
 Alone on the machine the blocks are as fast as BLAS's two threads on the small model's shapes
 (the (4000, 512) @ (512, 2048) product: 27.3 against 27.2 ms on the Xeon); the results are
 the same numbers as one call, up to the order BLAS adds in.
+
+A layer's element-wise pass before or after its product (the bias and ReLU of a linear layer,
+the ReLU's mask in its backward) goes with the product's blocks of rows: each thread runs
+``before`` on the rows of ``a`` it is about to multiply, and ``after`` on the rows of the
+output it has just written, while they are still in its cache, with no second hand-off to the
+pool. A product not cut into blocks of rows runs them on ``for_blocks``'s blocks instead.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .. import backend
@@ -40,10 +50,17 @@ MIN_SPLIT_FLOPS = 32_000_000
 MIN_BLOCK_ROWS = 64
 
 
-def matmul(a: Any, b: Any, out: Any = None) -> Any:
+def matmul(a: Any, b: Any, out: Any = None, *, before: Callable[[slice], Any] | None = None,
+           after: Callable[[slice], Any] | None = None) -> Any:
     """``a @ b`` with NumPy's broadcasting rules, on the worker threads with single-threaded
-    BLAS when large enough (see the module's docstring); written into ``out`` when given."""
+    BLAS when large enough (see the module's docstring); written into ``out`` when given.
+
+    ``before(rows)`` and ``after(rows)``, for a 2-D ``a`` and ``out``: called on slices of rows
+    covering 0..N, ``before`` on rows of ``a`` before they are multiplied, ``after`` on rows of
+    the output once written; each touches only its own rows (as ``for_blocks``' kernels)."""
     xp = backend.get_array_module(a)
+    if before is not None or after is not None:
+        return _with_passes(a, b, out, before, after, xp)
     if _cuda.is_cupy(xp):  # cuBLAS called directly, so that a CUDA graph can hold it
         return _cublas.matmul(a, b, out)
     if (_blocks.WORKERS == 1
@@ -57,6 +74,37 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
         if out is None:
             out = xp.empty(_result_shape(a, b), dtype=a.dtype)
         _blocks.shared_out(lambda block: xp.matmul(*block), _blocks_of(a, b, out))
+    return out
+
+
+def _with_passes(a: Any, b: Any, out: Any, before: Any, after: Any, xp: Any) -> Any:
+    """matmul with ``before`` and ``after`` (see matmul): on the product's blocks of rows when
+    it is cut by rows on the pool, else each on ``for_blocks``' blocks around one product."""
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError(f"matmul: passes before and after a product need matrices, got "
+                         f"shapes {tuple(a.shape)} and {tuple(b.shape)}.")
+    if out is None:
+        out = xp.empty(_result_shape(a, b), dtype=a.dtype)
+    by_rows = (not _cuda.is_cupy(xp) and _blocks.WORKERS > 1
+               and not getattr(_blocks._thread, "on_worker", False)
+               and _worth_splitting(a, b) and out.shape[0] >= out.shape[1])
+    if not by_rows:
+        if before is not None:
+            _blocks.for_blocks(before, a.shape[0], a.shape[1] * a.itemsize, xp)
+        matmul(a, b, out)
+        if after is not None:
+            _blocks.for_blocks(after, out.shape[0], out.shape[1] * out.itemsize, xp)
+        return out
+
+    def block(rows: slice) -> None:
+        if before is not None:
+            before(rows)
+        xp.matmul(a[rows], b, out=out[rows])
+        if after is not None:
+            after(rows)
+    with _blocks._single_threaded_blas():
+        _blocks.shared_out(block, _shares(out.shape[0], min(_blocks.WORKERS,
+                                                            out.shape[0] // MIN_BLOCK_ROWS)))
     return out
 
 

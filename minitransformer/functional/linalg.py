@@ -103,9 +103,9 @@ class Linear(Function):
         x2 = x.reshape(-1, C_in)                                        # (N, C_in)
         # 2. y = x Wᵀ (while decoding, Wᵀ may be a kept contiguous copy: _layout.py)
         y2 = _workspace.empty((x2.shape[0], C_out), x.dtype, xp)        # (N, C_out)
-        _products.matmul(x2, _layout.transposed(weight, x2.shape[0]), out=y2)
-        # 3. y = y + b (and 4. y = max(0, y) in LinearReLU), in place: y2 is the product's
-        # new array; on blocks of rows on worker threads
+        # 3. y = y + b (and 4. y = max(0, y) in LinearReLU), in place on each block of rows
+        # of the product as soon as it is written (_products: on the thread that wrote it)
+        bias_relu = None
         if bias is not None or self.relu:
             compiled = self.relu and bias is not None and _compiled.enabled(xp, y2, bias)
             kernel = _compiled.kernels().bias_relu if compiled else None  # one pass a block
@@ -115,7 +115,7 @@ class Linear(Function):
                     kernel(y2[rows], bias)
                 else:
                     _bias_relu_(y2[rows], bias, self.relu, xp)
-            for_blocks(bias_relu, y2.shape[0], C_out * y2.itemsize, xp)
+        _products.matmul(x2, _layout.transposed(weight, x2.shape[0]), out=y2, after=bias_relu)
         self.saved = (x2, weight, y2 if self.relu else None)
         return y2.reshape(x.shape[:-1] + (C_out,))                      # (..., C_out)
 
@@ -129,7 +129,8 @@ class Linear(Function):
         dx = dW = db = None
         if self.relu:  # fwd 4: y = max(0, z)  ->  dz = dout where y > 0, else 0 (as relu)
             # with fwd 3's db = Σ_rows dz on the same blocks of rows, while they are in cache:
-            # each block adds its rows' share to a partial sum, added up in block order
+            # each block adds its rows' share to a partial sum, added up in block order. The
+            # blocks are those of dx's product, each masked just before it is multiplied.
             masked = xp.empty_like(dout2)                               # (N, C_out) = dz
             partial: dict[int, object] = {}
 
@@ -144,7 +145,11 @@ class Linear(Function):
                     sums = xp.zeros(C_out, dtype=dout2.dtype)
                     kernel(dout2[rows], y2[rows], masked[rows], sums)
                     partial[rows.start] = sums
-            for_blocks(mask, dout2.shape[0], C_out * dout2.itemsize, xp)
+            if self.needs_input_grad[0]:
+                # fwd 2: y = x Wᵀ  ->  dx = dz W, each block of dz's rows masked first
+                dx = _products.matmul(masked, weight, before=mask).reshape(self.x_shape)
+            else:
+                for_blocks(mask, dout2.shape[0], C_out * dout2.itemsize, xp)
             dout2 = masked
             if want_db:
                 db = sum(partial[start] for start in sorted(partial))   # (C_out,)
@@ -154,7 +159,7 @@ class Linear(Function):
         # fwd 2: y = x Wᵀ  ->  dx = dout W,  dW = doutᵀ x
         if self.needs_input_grad[1]:
             dW = _products.matmul(dout2.T, x2)                          # (C_out, C_in)
-        if self.needs_input_grad[0]:
+        if self.needs_input_grad[0] and dx is None:
             dx = _products.matmul(dout2, weight).reshape(self.x_shape)  # (..., C_in)
         return (dx, dW, db) if self.has_bias else (dx, dW)
 

@@ -147,3 +147,42 @@ def test_as_one_worker_the_calling_thread_keeps_its_products_and_blocks(monkeypa
     assert len(seen) == 100 and not getattr(_blocks._thread, "on_worker", False)
     with pytest.raises(AssertionError, match="the pool was used"):
         _products.matmul(a, b)   # outside, a product this large is split again
+
+
+@pytest.mark.parametrize("workers, split_flops, M, N", [
+    (2, 0, 64, 40),          # cut into blocks of rows: the passes go with each block
+    (2, 0, 12, 90),          # cut into blocks of columns: passes on for_blocks' blocks
+    (2, 10**12, 64, 40),     # too small to cut
+    (1, 0, 64, 40)])         # one worker
+def test_passes_before_and_after_a_product_cover_every_row_once(monkeypatch, workers,
+                                                                split_flops, M, N):
+    """matmul(a, b, out, before=, after=) is before on a's rows, the product, then after on
+    the output's rows: every row prepared before it is multiplied and finished once, however
+    the product is cut (ReLU's mask before, bias and ReLU after, as the linear layers use)."""
+    monkeypatch.setattr(_blocks, "WORKERS", workers)
+    monkeypatch.setattr(_blocks, "BLOCK_BYTES", 256)   # for_blocks' blocks of a few rows
+    monkeypatch.setattr(_products, "MIN_SPLIT_FLOPS", split_flops)
+    monkeypatch.setattr(_products, "MIN_BLOCK_ROWS", 1)
+    rng = np.random.default_rng(6)
+    raw, b = rng.standard_normal((M, 48)), rng.standard_normal((48, N))
+    bias = rng.standard_normal(N)
+    a, out = np.full_like(raw, np.nan), np.empty((M, N))
+    prepared, finished = np.zeros(M, int), np.zeros(M, int)
+
+    def before(rows):
+        prepared[rows] += 1
+        np.maximum(raw[rows], 0, out=a[rows])
+
+    def after(rows):
+        assert prepared[rows].all(), "rows finished before they were prepared"
+        finished[rows] += 1
+        out[rows] += bias
+    assert _products.matmul(a, b, out, before=before, after=after) is out
+    np.testing.assert_array_equal(prepared, 1)
+    np.testing.assert_array_equal(finished, 1)
+    np.testing.assert_allclose(out, np.maximum(raw, 0) @ b + bias, rtol=1e-12, atol=1e-12)
+
+
+def test_passes_around_a_product_need_matrices():
+    with pytest.raises(ValueError, match="need matrices"):
+        _products.matmul(np.ones((2, 3, 4)), np.ones((4, 5)), before=lambda rows: None)
