@@ -190,17 +190,21 @@ def _compiled_path(xp, P, *arrays) -> bool:
 
 def _compiled_softmax_(xp, P, mask, scale):
     """Steps 1-5 of forward in compiled passes on scores P (b, H, T, S), in place: the
-    scale, the mask, the row max and the shift in one, NumPy's exp (vectorised, where Numba's
-    is not), the row sum and the division in one. The same numbers as ``_masked_softmax_``
-    but for the rounding of the row's sum (another order, in float64) and of the division
-    (a product with the sum's reciprocal)."""
+    scale, the mask, the row max and the shift in one, the exp (compiled ``exp32`` in float32,
+    NumPy's in float64), the row sum and the division in one. The same numbers as
+    ``_masked_softmax_`` but for the rounding of the exp (within 1.01 ulp, NumPy's 2.4), of the
+    row's sum (another order, in float64) and of the division (a product with the sum's
+    reciprocal)."""
     if P.shape[-1] == 0:
         return P
     kernels = _compiled.kernels()
     use_mask = mask is not None
     mask = xp.broadcast_to(mask if use_mask else xp.ones((), dtype=bool), P.shape)
     kernels.softmax_shift(P, mask, use_mask, P.dtype.type(scale))
-    xp.exp(P, out=P)
+    if P.dtype == xp.float32:
+        kernels.exp_scores(P)                                           # e = exp(S - max)
+    else:
+        xp.exp(P, out=P)
     kernels.softmax_normalize(P)
     return P
 

@@ -198,19 +198,26 @@ class CrossEntropy(Function):
 
 
 def _compiled_statistics(z, dz, row_max, sum_z, sum_e, t_safe, real, n_real, eps, wanted):
-    """forward's block kernel with compiled passes (``_compiled.py``): NumPy's max, Σz and
-    z - m in one pass, NumPy's exp, then Σe and (when wanted) dz in one more."""
+    """forward's block kernel with compiled passes (``_compiled.py``): NumPy's max, then in
+    float32 e = exp(z - m) in one pass and Σz, Σe and (when wanted) dz in one more; in float64
+    Σz and z - m in one pass, NumPy's exp, then Σe and dz."""
     xp, kernels = backend.get_array_module(z), _compiled.kernels()
     row_scale = (real / n_real).astype(z.dtype)                         # (N_rows,) 1/N or 0
     targets = t_safe[:, 0]                                              # (N_rows,)
+    compiled_exp = z.dtype == xp.float32
+    no_rows = z[:0]                                                     # Σz made already
 
     def statistics(rows):
         e_rows = dz[rows]
         row_max[rows] = z[rows].max(axis=-1)
-        kernels.shift_rows(z[rows], row_max[rows], e_rows, sum_z[rows])
-        xp.exp(e_rows, out=e_rows)                                      # e = exp(z - m)
+        if compiled_exp:
+            kernels.exp_shifted(z[rows], row_max[rows], e_rows)         # e = exp(z - m)
+        else:
+            kernels.shift_rows(z[rows], row_max[rows], e_rows, sum_z[rows])
+            xp.exp(e_rows, out=e_rows)                                  # e = exp(z - m)
         kernels.cross_entropy_gradient(e_rows, targets[rows], row_scale[rows], eps,
-                                       sum_e[rows], wanted)
+                                       sum_e[rows], wanted, z[rows] if compiled_exp else no_rows,
+                                       sum_z[rows])
     return statistics
 
 
