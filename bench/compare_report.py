@@ -74,13 +74,15 @@ def floor_note(training: dict) -> str:
         "step, forward and backward (the linear layers' y = x Wᵀ, dW = doutᵀ x and dx = "
         "dout W; attention's Q Kᵀ, P V and their four backward products; the tied output "
         "projection), in float32, the operands laid out as the step has them, outputs "
-        "preallocated, each product warm and alone, timed in the same run as the steps "
-        f"(median of {first['repeats']}) with NumPy's matmul at {first['threads']} threads, "
+        "preallocated, each product warm and alone, timed in every round right after the "
+        f"round's steps (each product's median of {first['repeats']} calls) with NumPy's "
+        f"matmul at {first['threads']} threads, "
         "the faster of one BLAS call and one block per thread on single-threaded BLAS; the "
         "floor is the sum over the step's products (bench/floor.py). A NumPy implementation "
         "cannot go below it: everything else (layer norm, softmax, dropout, the loss, Adam, "
-        "the graph) adds to it. step / floor is the median step time over the floor (torch "
-        "uses its own BLAS, so it can go below 1); ratio to torch as in the table above.")
+        "the graph) adds to it. floor s is the median over rounds, and step / floor the median "
+        "over rounds of each round's step time over that round's floor (torch uses its own "
+        "BLAS, so it can go below 1); ratio to torch as in the table above.")
 
 
 def _floor_section(training: dict) -> list[str]:

@@ -18,10 +18,12 @@ One run measures, in order:
 3. Model FLOPs utilisation: matmul FLOPs per step (``training_flops``) over the step time,
    divided by NumPy's own float32 matmul rate measured in the same run. And the matmul floor
    (CPU; bench/floor.py): every matrix product of the step at that length, forward and
-   backward, timed alone after the steps (float32, warm, operands laid out as the step has
-   them, outputs preallocated; the faster of one BLAS call at --threads threads and one block
-   per thread on single-threaded BLAS), summed: what a NumPy implementation cannot go below.
-   Each case reports step time / floor beside the ratio to PyTorch. The warm-up step of
+   backward, timed alone (float32, warm, operands laid out as the step has them, outputs
+   preallocated; the faster of one BLAS call at --threads threads and one block per thread on
+   single-threaded BLAS), summed: what a NumPy implementation cannot go below. The floor is
+   timed in every round, right after that round's steps, and step / floor is the median over
+   the rounds of each round's ratio (the floor reported is the median round's), so a slow
+   spell of the machine falls on both. Each case reports it beside the ratio to PyTorch. The warm-up step of
    minitransformer is traced: the list's FLOPs must be those of the step's numpy.matmul calls.
 4. Peak memory of two training steps, each implementation in a fresh subprocess (after one
    step of a tiny model, which loads its code).
@@ -273,6 +275,9 @@ def matmul_rate(library: str, device: str, sizes: tuple[int, ...]) -> dict:
     return {"flops_per_s": max(rates.values()), "by_size": rates}
 
 
+FLOOR_REPEATS = 5  # each product's median of 5 calls, in every round
+
+
 def time_training(name: str, config: TransformerConfig, args, peak: float) -> dict:
     """Alternating training steps at each length; per length the raw seconds and summaries."""
     ours, theirs = build_pair(config, args.device)
@@ -286,6 +291,7 @@ def time_training(name: str, config: TransformerConfig, args, peak: float) -> di
         batches = {impl: to_device(host, impl, args.device) for impl in IMPLS}
         seconds = {impl: [] for impl in IMPLS}
         products = step_products(config, B, L, L)  # the matmul floor's list (floor.py)
+        floors: list[dict] = []                     # one a round
         for rep in range(repeats + 1):  # the first round warms caches and allocators up
             for impl in (IMPLS if rep % 2 == 0 else IMPLS[::-1]):
                 # the warm-up step of ours on the CPU is traced: the floor's products are
@@ -297,6 +303,11 @@ def time_training(name: str, config: TransformerConfig, args, peak: float) -> di
                     check_against_trace(products, calls)
                 if rep > 0:
                     seconds[impl].append(s)
+            if rep > 0 and args.device == "cpu":
+                # the products alone, in the same round as its steps: a slow spell of the
+                # machine (this one's shared host moved a step's time by 7% within a minute)
+                # then falls on the step and its floor alike
+                floors.append(time_floor(products, args.threads, FLOOR_REPEATS))
         flops = training_flops(config, B, L, L)
         assert sum(p.flops for p in products) == flops, "floor.py and training_flops disagree"
         row = {"length": L, "batch": B, "target_tokens": B * L, "flops_per_step": flops}
@@ -311,10 +322,14 @@ def time_training(name: str, config: TransformerConfig, args, peak: float) -> di
                                         strict=True)]
         row["ratio"] = {"median": statistics.median(ratios), "min": min(ratios),
                         "max": max(ratios), "per_repetition": ratios}
-        if args.device == "cpu":  # the products alone, after the steps (floor.py)
-            row["floor"] = time_floor(products, args.threads)
+        if args.device == "cpu":  # step / floor: the median over rounds of each round's
+            per_round = [f["seconds"] for f in floors]
+            row["floor"] = {**floors[-1], "seconds": statistics.median(per_round),
+                            "seconds_per_round": per_round}
             for impl in IMPLS:
-                row[impl]["step_over_floor"] = row[impl]["median_s"] / row["floor"]["seconds"]
+                over = [s / f for s, f in zip(seconds[impl], per_round, strict=True)]
+                row[impl]["step_over_floor"] = statistics.median(over)
+                row[impl]["step_over_floor_per_round"] = over
         rows.append(row)
         print(f"  {name} L={L:<4} minitransformer {row['minitransformer']['median_s']:.3f} s"
               f"  torch {row['torch']['median_s']:.3f} s  ratio {row['ratio']['median']:.2f}"
