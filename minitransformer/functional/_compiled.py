@@ -13,12 +13,12 @@ formulas (tests check them against it, and their gradients against finite differ
     minitransformer.set_compiled_kernels(False)   # or MINITRANSFORMER_COMPILED=0: NumPy only
 
 What is compiled: the post-LN residual (dropout, sum and layer norm, ``residual.py``), the
-layer norm (``normalization.py``), the feed-forward layer's bias and ReLU and their backward
-(``linalg.py``), the embedding's scatter-add backward (``embedding.py``), Adam's update
-(``optim.py``), the loss's passes before and after its exp (``loss.py``), attention's
-softmax before and after its exp and the softmax's backward (``attention.py``), dropout's
-random words (``dropout.py``) and beam search's gather-and-append of the keys and values it
-keeps (``nn/attention.py``). The exp of the loss and of attention's softmax in float32 is
+layer norm (``normalization.py``), the linear layers' bias, the feed-forward layer's ReLU and
+its backward (``linalg.py``), the embedding's scatter-add backward (``embedding.py``), Adam's
+update (``optim.py``), the loss's passes with its exp (``loss.py``), attention's softmax with
+its exp and the softmax's backward (``attention.py``), dropout's random words
+(``dropout.py``) and beam search's gather-and-append of the keys and values it keeps
+(``nn/attention.py``). The exp of the loss and of attention's softmax in float32 is
 compiled too, but not as ``math.exp``: Numba, without Intel's SVML, calls the C library once
 per element for it (ten times slower than NumPy's, measured on the Xeon). ``exp32`` is instead
 Cephes' ``expf`` written as plain arithmetic that the compiler turns into vector instructions:
@@ -243,6 +243,14 @@ def kernels() -> Any:
                 y[i, j] = zero if z < zero else z
 
     @jit
+    def bias_add(y, bias):
+        """Rows (n, C) in place: y = y + bias."""
+        n, C = y.shape
+        for i in range(n):
+            for j in range(C):
+                y[i, j] += bias[j]
+
+    @jit
     def relu_gradient(dout, y, dz, db):
         """Rows (n, C): dz = dout ∘ [y > 0] (a product, so 0 · NaN is NaN, as NumPy's);
         adds the rows' dz to db (C,)."""
@@ -439,5 +447,6 @@ def kernels() -> Any:
         exp_scores=exp_scores, cross_entropy_gradient=cross_entropy_gradient,
         residual_forward=residual_forward, residual_backward=residual_backward,
         layer_norm_forward=layer_norm_forward, layer_norm_backward=layer_norm_backward,
-        bias_relu=bias_relu, relu_gradient=relu_gradient, scatter_add_rows=scatter_add_rows,
+        bias_relu=bias_relu, bias_add=bias_add, relu_gradient=relu_gradient,
+        scatter_add_rows=scatter_add_rows,
         adam_update=adam_update)

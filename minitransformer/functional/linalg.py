@@ -107,8 +107,10 @@ class Linear(Function):
         # of the product as soon as it is written (_products: on the thread that wrote it)
         bias_relu = None
         if bias is not None or self.relu:
-            compiled = self.relu and bias is not None and _compiled.enabled(xp, y2, bias)
-            kernel = _compiled.kernels().bias_relu if compiled else None  # one pass a block
+            compiled = bias is not None and _compiled.enabled(xp, y2, bias)  # one pass a block
+            kernels = _compiled.kernels() if compiled else None
+            kernel = None if kernels is None else \
+                kernels.bias_relu if self.relu else kernels.bias_add
 
             def bias_relu(rows):
                 if compiled:

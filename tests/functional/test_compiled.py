@@ -11,7 +11,7 @@ import pytest
 import minitransformer as mt
 from minitransformer import backend
 from minitransformer import functional as F
-from minitransformer.functional import _blocks, _compiled, _workspace
+from minitransformer.functional import _blocks, _compiled, _products, _workspace
 from minitransformer.functional.dropout import _splitmix_words, draw_levels
 from minitransformer.nn import Transformer, TransformerConfig
 from minitransformer.optim import Adam
@@ -87,13 +87,17 @@ def test_compiled_layer_norms_give_numpys_numbers(compiled, monkeypatch, layer, 
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_compiled_linear_relu_gives_numpys_numbers(compiled, monkeypatch, dtype):
-    """The bias and ReLU in place, and dz = dout ∘ [y > 0] with db, as NumPy's: the same
-    output, the same zeros, the same gradients up to rounding."""
+@pytest.mark.parametrize("layer", [F.linear_relu, F.linear], ids=["linear_relu", "linear"])
+def test_compiled_linear_layers_give_numpys_numbers(compiled, monkeypatch, dtype, layer):
+    """The bias (and ReLU) in place, and dz = dout ∘ [y > 0] with db, as NumPy's: the same
+    output, the same zeros, the same gradients up to rounding. The product is cut into
+    blocks of rows on two workers, so the passes run with its blocks (``_products``)."""
+    monkeypatch.setattr(_blocks, "WORKERS", 2)
+    monkeypatch.setattr(_products, "MIN_SPLIT_FLOPS", 0)
     x = RNG.standard_normal((4, 300, 24)).astype(dtype)
     weight = RNG.standard_normal((40, 24)).astype(dtype)
     bias = RNG.standard_normal(40).astype(dtype)
-    numpy_results, compiled_results = _both_ways(F.linear_relu, (x, weight, bias), monkeypatch)
+    numpy_results, compiled_results = _both_ways(layer, (x, weight, bias), monkeypatch)
     np.testing.assert_array_equal(compiled_results[0] == 0, numpy_results[0] == 0)
     for expected, actual in zip(numpy_results, compiled_results, strict=True):
         np.testing.assert_allclose(actual, expected, **TOLERANCE[dtype])
