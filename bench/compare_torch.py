@@ -22,8 +22,9 @@ One run measures, in order:
    preallocated; the faster of one BLAS call at --threads threads and one block per thread on
    single-threaded BLAS), summed: what a NumPy implementation cannot go below. The floor is
    timed in every round, right after that round's steps, and step / floor is the median over
-   the rounds of each round's ratio (the floor reported is the median round's), so a slow
-   spell of the machine falls on both. Each case reports it beside the ratio to PyTorch. The warm-up step of
+   the rounds of each round's ratio (the floor reported is the median round's, the upper of
+   the two middle ones for an even count), so a slow spell of the machine falls on both.
+   Each case reports it beside the ratio to PyTorch. The warm-up step of
    minitransformer is traced: the list's FLOPs must be those of the step's numpy.matmul calls.
 4. Peak memory of two training steps, each implementation in a fresh subprocess (after one
    step of a tiny model, which loads its code).
@@ -324,8 +325,8 @@ def time_training(name: str, config: TransformerConfig, args, peak: float) -> di
                         "max": max(ratios), "per_repetition": ratios}
         if args.device == "cpu":  # step / floor: the median over rounds of each round's
             per_round = [f["seconds"] for f in floors]
-            row["floor"] = {**floors[-1], "seconds": statistics.median(per_round),
-                            "seconds_per_round": per_round}
+            median_round = sorted(floors, key=lambda f: f["seconds"])[len(floors) // 2]
+            row["floor"] = {**median_round, "seconds_per_round": per_round}
             for impl in IMPLS:
                 over = [s / f for s, f in zip(seconds[impl], per_round, strict=True)]
                 row[impl]["step_over_floor"] = statistics.median(over)

@@ -124,8 +124,9 @@ def kernels() -> Any:
     @numba.njit(inline="always")  # compiled within each kernel that calls it, with its flags
     def exp32(v):
         """e^v for a float32 v (see the module's docstring), float32 arithmetic throughout."""
-        low, high = xp.float32(-103.97208), xp.float32(88.72284)  # e^low < 2^-150; e^high ~ max
-        c = min(max(v, low), high)
+        # e^low rounds to 2^-149, the least subnormal, and below low to 0; e^high < float32's max
+        low, high = xp.float32(-103.97208), xp.float32(88.72284)
+        c = min(v if v > low else low, high)  # NaN -> low: k stays an integer, NaN comes back
         k = xp.floor(c * xp.float32(1.44269504) + xp.float32(0.5))  # round(c / ln 2)
         r = c - k * xp.float32(0.693359375)                         # ln 2 = 0.693359375
         r = r - k * xp.float32(-2.12194440e-4)                      #        - 2.12194440e-4

@@ -28,8 +28,9 @@ the same numbers as one call, up to the order BLAS adds in.
 A layer's element-wise pass before or after its product (the bias and ReLU of a linear layer,
 the ReLU's mask in its backward) goes with the product's blocks of rows: each thread runs
 ``before`` on the rows of ``a`` it is about to multiply, and ``after`` on the rows of the
-output it has just written, while they are still in its cache, with no second hand-off to the
-pool. A product not cut into blocks of rows runs them on ``for_blocks``'s blocks instead.
+output it has just written, while the last of them are still in its caches, with no second
+hand-off to the pool. A product not cut into blocks of rows runs them on ``for_blocks``'s
+blocks instead.
 """
 
 from __future__ import annotations
@@ -79,7 +80,12 @@ def matmul(a: Any, b: Any, out: Any = None, *, before: Callable[[slice], Any] | 
 
 def _with_passes(a: Any, b: Any, out: Any, before: Any, after: Any, xp: Any) -> Any:
     """matmul with ``before`` and ``after`` (see matmul): on the product's blocks of rows when
-    it is cut by rows on the pool, else each on ``for_blocks``' blocks around one product."""
+    it is cut by rows on the pool, else each on ``for_blocks``' blocks around one product.
+
+    ``before`` is called on ``for_blocks``' own blocks of a's rows either way (the product's
+    blocks are cut where they begin), so a pass that sums over its rows (the ReLU's db) adds
+    the same rows together, in the same order, whatever the number of workers. ``after`` gets
+    each block of the product's rows as one slice."""
     if a.ndim != 2 or b.ndim != 2:
         raise ValueError(f"matmul: passes before and after a product need matrices, got "
                          f"shapes {tuple(a.shape)} and {tuple(b.shape)}.")
@@ -95,16 +101,19 @@ def _with_passes(a: Any, b: Any, out: Any, before: Any, after: Any, xp: Any) -> 
         if after is not None:
             _blocks.for_blocks(after, out.shape[0], out.shape[1] * out.itemsize, xp)
         return out
+    cell = max(1, _blocks.BLOCK_BYTES // max(1, a.shape[1] * a.itemsize))  # for_blocks' rows
 
     def block(rows: slice) -> None:
         if before is not None:
-            before(rows)
+            for start in range(rows.start, rows.stop, cell):
+                before(slice(start, min(start + cell, rows.stop)))
         xp.matmul(a[rows], b, out=out[rows])
         if after is not None:
             after(rows)
+    parts = min(_blocks.WORKERS, out.shape[0] // MIN_BLOCK_ROWS)
     with _blocks._single_threaded_blas():
-        _blocks.shared_out(block, _shares(out.shape[0], min(_blocks.WORKERS,
-                                                            out.shape[0] // MIN_BLOCK_ROWS)))
+        _blocks.shared_out(block, _shares(out.shape[0], parts,
+                                          multiple=cell if before is not None else 1))
     return out
 
 
@@ -153,8 +162,12 @@ def _blocks_of(a: Any, b: Any, out: Any) -> list[tuple]:
     return [(a, b[:, s], out[:, s]) for s in _shares(N, min(workers, N // MIN_BLOCK_ROWS))]
 
 
-def _shares(n: int, parts: int) -> list[slice]:
-    """``parts`` slices covering 0..n, as even as can be (none empty)."""
+def _shares(n: int, parts: int, multiple: int = 1) -> list[slice]:
+    """``parts`` slices covering 0..n, as even as can be (none empty), each beginning at a
+    multiple of ``multiple`` (then fewer slices where n has fewer such multiples)."""
     parts = max(1, min(parts, n))
-    bounds = [n * i // parts for i in range(parts + 1)]
-    return [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
+    bounds = [(n * i // parts + multiple // 2) // multiple * multiple for i in range(parts)]
+    if multiple > 1:  # rounded to a multiple: drop the bounds that met, or passed n
+        bounds = sorted({bound for bound in bounds if bound < n} | {0})
+    bounds.append(n)
+    return [slice(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]

@@ -130,9 +130,9 @@ class Linear(Function):
         want_db = self.has_bias and self.needs_input_grad[2]
         dx = dW = db = None
         if self.relu:  # fwd 4: y = max(0, z)  ->  dz = dout where y > 0, else 0 (as relu)
-            # with fwd 3's db = Σ_rows dz on the same blocks of rows, while they are in cache:
-            # each block adds its rows' share to a partial sum, added up in block order. The
-            # blocks are those of dx's product, each masked just before it is multiplied.
+            # with fwd 3's db = Σ_rows dz on the same blocks of rows (for_blocks' own):
+            # each block adds its rows' share to a partial sum, added up in block order. Each
+            # block of dx's product is masked just before it is multiplied (_products).
             masked = xp.empty_like(dout2)                               # (N, C_out) = dz
             partial: dict[int, object] = {}
 

@@ -205,7 +205,8 @@ def _compiled_statistics(z, dz, row_max, sum_z, sum_e, t_safe, real, n_real, eps
     row_scale = (real / n_real).astype(z.dtype)                         # (N_rows,) 1/N or 0
     targets = t_safe[:, 0]                                              # (N_rows,)
     compiled_exp = z.dtype == xp.float32
-    no_rows = z[:0]                                                     # Σz made already
+    sum_z_here = compiled_exp and eps != 0  # Σz for the smoothing term, with Σe (else not
+    no_rows = z[:0]                         # needed, or made with the shift by shift_rows)
 
     def statistics(rows):
         e_rows = dz[rows]
@@ -216,7 +217,7 @@ def _compiled_statistics(z, dz, row_max, sum_z, sum_e, t_safe, real, n_real, eps
             kernels.shift_rows(z[rows], row_max[rows], e_rows, sum_z[rows])
             xp.exp(e_rows, out=e_rows)                                  # e = exp(z - m)
         kernels.cross_entropy_gradient(e_rows, targets[rows], row_scale[rows], eps,
-                                       sum_e[rows], wanted, z[rows] if compiled_exp else no_rows,
+                                       sum_e[rows], wanted, z[rows] if sum_z_here else no_rows,
                                        sum_z[rows])
     return statistics
 

@@ -20,7 +20,7 @@ from minitransformer.verify.module_cases import MODULE_CASES, run_module_case
 
 pytest.importorskip("numba")
 
-COMPILED = {"layer_norm", "dropout_add_layer_norm", "embedding", "linear_relu",
+COMPILED = {"layer_norm", "dropout_add_layer_norm", "embedding", "linear", "linear_relu",
             "cross_entropy", "scaled_dot_product_attention"}
 MODULES = {"LayerNorm", "Embedding", "PositionwiseFeedForward", "Residual", "EncoderLayer",
            "DecoderLayer", "Transformer+loss", "MultiHeadAttention"}
@@ -101,6 +101,50 @@ def test_compiled_linear_layers_give_numpys_numbers(compiled, monkeypatch, dtype
     np.testing.assert_array_equal(compiled_results[0] == 0, numpy_results[0] == 0)
     for expected, actual in zip(numpy_results, compiled_results, strict=True):
         np.testing.assert_allclose(actual, expected, **TOLERANCE[dtype])
+
+
+def test_compiled_linear_relu_without_an_input_gradient_masks_on_its_own_pass(compiled,
+                                                                              monkeypatch):
+    """An input that needs no gradient: no dx product to mask before, so the mask and db run
+    on for_blocks' blocks; dW and db as NumPy's."""
+    x = RNG.standard_normal((300, 24)).astype(np.float32)
+    weight, bias = RNG.standard_normal((40, 24)), RNG.standard_normal(40)
+    results = []
+    for on in (False, True):
+        mt.set_compiled_kernels(on)
+        w = mt.tensor(weight.astype(np.float32), requires_grad=True)
+        b = mt.tensor(bias.astype(np.float32), requires_grad=True)
+        y = F.linear_relu(mt.tensor(x), w, b)
+        y.backward(mt.tensor(np.random.default_rng(1).standard_normal(y.shape)
+                             .astype(np.float32)))
+        results.append((y.numpy(), w.grad, b.grad))
+    for expected, actual in zip(*results, strict=True):
+        np.testing.assert_allclose(actual, expected, **TOLERANCE["float32"])
+
+
+@pytest.mark.parametrize("kernels", ["numpy", "compiled"])
+def test_linear_relu_bias_gradient_is_the_same_bits_on_one_worker_or_two(monkeypatch, kernels):
+    """The ReLU's db is summed on for_blocks' blocks of rows whether dx's product is cut
+    over two workers or not (the product's blocks begin where those blocks do): the same
+    numbers, bit for bit, whatever the thread count."""
+    if kernels == "compiled" and not _compiled.available():
+        pytest.skip("needs Numba")
+    monkeypatch.setattr(_blocks, "BLOCK_BYTES", 40 * 4 * 7)       # blocks of 7 rows
+    monkeypatch.setattr(_products, "MIN_SPLIT_FLOPS", 0)
+    monkeypatch.setattr(_products, "MIN_BLOCK_ROWS", 1)
+    x = RNG.standard_normal((301, 24)).astype(np.float32)
+    weight = RNG.standard_normal((40, 24)).astype(np.float32)
+    bias = RNG.standard_normal(40).astype(np.float32)
+    results = []
+    try:
+        mt.set_compiled_kernels(kernels == "compiled")
+        for workers in (1, 2, 3):
+            monkeypatch.setattr(_blocks, "WORKERS", workers)
+            results.append(_run(F.linear_relu, (x, weight, bias)))
+    finally:
+        mt.set_compiled_kernels(False)
+    for other in results[1:]:
+        np.testing.assert_array_equal(other[3], results[0][3])  # db
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -468,11 +512,17 @@ def test_compiled_float32_exp_is_within_about_one_ulp_of_the_exact_value():
     ulps = np.abs(got[finite].astype(np.float64) - exact[finite]) / spacing
     assert ulps.max() <= 1.02, f"{ulps.max():.3f} ulp at x = {x[finite][ulps.argmax()]}"
     assert np.isinf(got[~finite]).all() and (x[~finite] > 88).all()
-    special = np.array([[np.nan, np.inf, -np.inf, 0.0, -0.0, 88.8, -104.0, -103.2]], np.float32)
+    low, high = np.float32(-103.97208), np.float32(88.72284)        # exp32's clamps
+    edges = [np.nextafter(low, -np.inf), low, np.nextafter(low, np.inf),
+             np.nextafter(high, -np.inf), high, np.nextafter(high, np.inf)]
+    special = np.array([[np.nan, np.inf, -np.inf, 0.0, -0.0, 88.8, -104.0, -103.2, *edges]],
+                       np.float32)
     out = np.empty_like(special)
     _compiled.kernels().exp_shifted(special, np.zeros(1, np.float32), out)
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(out, np.exp(special))
-    scores = special.reshape(1, 1, 1, -1).copy()
+    scores = np.zeros((1, 2, 3, 2 * special.size), np.float32)[:, ::-1, 1:2, ::2]
+    scores[...] = special                                   # a strided view, not contiguous
     _compiled.kernels().exp_scores(scores)                  # the same arithmetic, in place
-    np.testing.assert_array_equal(scores.reshape(out.shape), out)
+    np.testing.assert_array_equal(scores[0, 0], out)
+    np.testing.assert_array_equal(scores[0, 1], out)

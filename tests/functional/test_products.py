@@ -186,3 +186,33 @@ def test_passes_before_and_after_a_product_cover_every_row_once(monkeypatch, wor
 def test_passes_around_a_product_need_matrices():
     with pytest.raises(ValueError, match="need matrices"):
         _products.matmul(np.ones((2, 3, 4)), np.ones((4, 5)), before=lambda rows: None)
+
+
+def test_passes_go_with_the_blocks_of_a_product_cut_by_rows(monkeypatch):
+    """Cut by rows on two workers: ``after`` once per block of the product, on the thread that
+    prepared that block's rows, and ``before`` on for_blocks' own blocks (7 rows here), the
+    product's blocks beginning where those do."""
+    import threading
+    monkeypatch.setattr(_blocks, "WORKERS", 2)
+    monkeypatch.setattr(_blocks, "BLOCK_BYTES", 48 * 8 * 7)         # for_blocks: 7 rows of a
+    monkeypatch.setattr(_products, "MIN_SPLIT_FLOPS", 0)
+    monkeypatch.setattr(_products, "MIN_BLOCK_ROWS", 1)
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((64, 48)), rng.standard_normal((48, 40))
+    calls = []
+
+    def before(rows):
+        calls.append(("before", threading.get_ident(), rows))
+
+    def after(rows):
+        calls.append(("after", threading.get_ident(), rows))
+    out = _products.matmul(a, b, before=before, after=after)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-12)
+    prepared = sorted((rows.start, rows.stop) for kind, _, rows in calls if kind == "before")
+    assert prepared == [(start, min(start + 7, 64)) for start in range(0, 64, 7)]
+    finished = [(thread, rows) for kind, thread, rows in calls if kind == "after"]
+    assert sorted((rows.start, rows.stop) for _, rows in finished) == [(0, 35), (35, 64)]
+    for thread, rows in finished:
+        assert all(t == thread for kind, t, r in calls
+                   if kind == "before" and rows.start <= r.start < rows.stop), \
+            "a block's rows were prepared on another thread than the one that finished it"
