@@ -10,10 +10,10 @@ embeddings (7.58M parameters), label smoothing 0.1, Adam (0.9, 0.98, 1e-9) with 
 schedule at factor 0.7 and 800 warmup steps, batches of at most 4,000 padded tokens. Training
 and a validation after every epoch (loss and greedy BLEU on the 1,014 validation sentences)
 share the budget. Then test_2016_flickr is translated with greedy and beam-4 search by the
-last checkpoint, the best (lowest validation loss), the average of the last five epoch
-checkpoints and the average of the five of lowest validation loss (``keep_best``; the final
-model is whichever of the averages and the best checkpoint validates best, as
-``minitransformer train`` picks it), and scored with
+last checkpoint, the best (highest validation BLEU: ``select_by="bleu"``), the average of the
+last five epoch checkpoints and the average of the five of highest validation BLEU
+(``keep_best``; the final model is whichever of the averages and the best checkpoint has the
+highest validation BLEU, as ``minitransformer train --select-by bleu`` picks it), and scored with
 sacreBLEU (13a, cased, detokenized). Everything measured is written to --out: the training
 log, a JSON summary, the translations (one file per decoding) and a plot of the curves.
 
@@ -88,7 +88,7 @@ def main(argv=None):
     train_config = TrainConfig(
         max_tokens=max_tokens, warmup_steps=800, lr_scale=0.7, label_smoothing=0.1,
         time_budget=args.minutes * 60, eval_every=steps_per_epoch, bleu_sentences=1014,
-        keep_last=5, keep_best=5, seed=args.seed, progress=False)
+        keep_last=5, keep_best=5, select_by="bleu", seed=args.seed, progress=False)
     if comm.rank == 0:
         print(f"{model.num_parameters():,} parameters, {len(data.train):,} training pairs "
               f"({n_dropped} dropped), {steps_per_epoch} steps per epoch, {comm.size} "
@@ -116,8 +116,9 @@ def main(argv=None):
         "validations": _validations(out / "log.jsonl"), "test": {},
     }
     results["final"] = summary["final"]
-    results["averages_valid_loss"] = {name: summary.get(f"{name}_valid_loss")
-                                      for name in ("averaged", "averaged_best")}
+    for metric in ("loss", "bleu"):
+        results[f"averages_valid_{metric}"] = {name: summary.get(f"{name}_valid_{metric}")
+                                               for name in ("averaged", "averaged_best")}
     for name in ("last", "averaged", "averaged-best", "best"):
         checkpoint = load_checkpoint(out / "checkpoints" / f"{name}.npz")
         results["test"].update(score_test_set(

@@ -112,9 +112,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--keep-last", type=at_least(1), default=5,
                      help="step checkpoints kept and averaged at the end (default 5)")
     run.add_argument("--keep-best", type=at_least(0), default=0,
-                     help="step checkpoints of the lowest validation loss also kept and "
-                          "averaged; the final model is whichever of the two averages and "
-                          "the best checkpoint validates best (default 0: none)")
+                     help="step checkpoints of the best validations also kept and averaged; "
+                          "the final model is whichever of the two averages and the best "
+                          "checkpoint validates best (default 0: none)")
+    run.add_argument("--select-by", choices=["loss", "bleu"], default="loss",
+                     help="what the best validation is, for best.npz, --keep-best and the "
+                          "final model: the lowest validation loss or the highest validation "
+                          "BLEU (default loss)")
     run.add_argument("--beam", type=at_least(1), default=4,
                      help="beam size of the final test translation (default 4)")
     run.add_argument("--seed", type=at_least(0), default=0, help="seed of everything (default 0)")
@@ -235,7 +239,8 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
             time_budget=None if args.time_budget is None else args.time_budget * 60,
             eval_every=pick("eval_every") or _steps_per_epoch(data, args, comm.size),
             bleu_sentences=args.bleu_sentences,
-            keep_last=args.keep_last, keep_best=args.keep_best, seed=args.seed,
+            keep_last=args.keep_last, keep_best=args.keep_best, select_by=args.select_by,
+            seed=args.seed,
             progress=not args.no_progress,
             cuda_graphs=args.cuda_graphs, shape_multiple=args.shape_multiple)
         overrides = {"pre_norm": args.pre_norm}

@@ -6,9 +6,11 @@ summed token losses giving summed gradients, which are divided by the number of 
 Adam at the rate of the paper's schedule. Every ``eval_every`` steps the model is validated
 (loss, and BLEU of greedy translations) and checkpointed; the best and the last checkpoints are
 kept, and the last ``keep_last`` step checkpoints for averaging at the end (§6.1), and with
-``keep_best`` also that many of the lowest validation loss, averaged too: a run that goes on
-past its best validation (its loss rising as it overfits) averages those instead of its end
-when they validate better.
+``keep_best`` also that many of the best validations, averaged too: a run that goes on past
+its best validation (its loss rising as it overfits) averages those instead of its end when
+they validate better. "Best" is by validation loss, or with ``select_by="bleu"`` by the
+validation BLEU (as fairseq's ``--best-checkpoint-metric bleu``): the best checkpoint, the
+kept ones and the final model alike.
 
 Everything random in a step (dropout) is seeded from (seed, step, batch: one of the step's
 accumulated batches), and the batch order from (seed, epoch), so a run resumed from a
@@ -95,6 +97,11 @@ class TrainingStopped(RuntimeError):
         self.step = step
 
 
+# What "the best validation" means: the metric's key in a validation's result, and whether
+# higher is better
+SELECT_BY = {"loss": ("valid_loss", False), "bleu": ("valid_bleu", True)}
+
+
 @dataclass
 class TrainConfig:
     max_tokens: int = 4000         # padded tokens per batch (source or target side)
@@ -109,7 +116,8 @@ class TrainConfig:
     eval_every: int = 500          # steps between validation and checkpoints
     bleu_sentences: int = 500      # validation sentences translated for BLEU (0: none)
     keep_last: int = 5             # step checkpoints kept, and averaged at the end
-    keep_best: int = 0             # also those of the lowest validation loss, averaged too
+    keep_best: int = 0             # also those of the best validations, averaged too
+    select_by: str = "loss"        # best validation: "loss" (lowest) or "bleu" (highest)
     seed: int = 0
     progress: bool = True
     cuda_graphs: bool = False      # the step in CUDA graphs (translation/graphs.py), GPU only
@@ -135,6 +143,14 @@ class TrainConfig:
                              f"{self.label_smoothing}.")
         if self.bleu_sentences < 0:
             raise ValueError(f"bleu_sentences must be at least 0, got {self.bleu_sentences}.")
+        if self.select_by not in SELECT_BY:
+            raise ValueError(f"select_by must be one of {', '.join(map(repr, SELECT_BY))}, "
+                             f"got {self.select_by!r}.")
+        if self.select_by == "bleu" and self.bleu_sentences == 0:
+            raise ValueError("select_by='bleu' (--select-by bleu) picks checkpoints by the "
+                             "validation BLEU, which bleu_sentences=0 (--bleu-sentences 0) "
+                             "turns off; translate some validation sentences or select by "
+                             "'loss'.")
 
 
 @dataclass
@@ -255,6 +271,10 @@ class Trainer:
             raise DataError("there are no validation pairs: the validation file is empty or "
                             "blank, or every pair has an empty side or is longer than the model "
                             "can encode; give a validation file with sentences in it.")
+        if config.select_by == "bleu" and not data.valid_sources:
+            raise DataError("select_by='bleu' picks checkpoints by the BLEU of translated "
+                            "validation sentences, but the data has no validation text "
+                            "(valid_sources); give it, or select by 'loss'.")
         parameters = [p.data for p in model.parameters()]
         check_training_memory(model.config, config, data, len(tokenizer.to_bytes()),
                               held=sum(a.nbytes for a in parameters),
@@ -267,7 +287,7 @@ class Trainer:
                                  "when running several processes.")
             self.graphs = GraphedTraining(model, self.optimizer, config.label_smoothing)
         self.state = {"step": 0, "epoch": 0, "batch": 0, "elapsed": 0.0, "tokens": 0,
-                      "best_valid_loss": None, "seed": config.seed,
+                      "best_valid_loss": None, "best_valid_bleu": None, "seed": config.seed,
                       "processes": self.comm.size}
         self._started = time.perf_counter()  # fit() moves it back by a resumed run's time
         self.stop_reason: str | None = None  # set by request_stop, from a signal handler
@@ -379,9 +399,9 @@ class Trainer:
         self.state.update(trainer_state)
         # the best checkpoints that are still there (a later part of the run, resumed from
         # here before, may have deleted some); later validations fill the free places
-        self.state["kept_best"] = [[step, loss] for step, loss in
+        self.state["kept_best"] = [[*entry, None][:3] for entry in  # (older runs: no BLEU)
                                    self.state.get("kept_best", [])
-                                   if (self.checkpoints / _step_name(step)).is_file()]
+                                   if (self.checkpoints / _step_name(entry[0])).is_file()]
         if path == self.checkpoints / "last.npz":
             self._saved_step = self.state["step"]
         with self._writing(f"the log {self.run_dir / 'log.jsonl'}"):
@@ -600,15 +620,18 @@ class Trainer:
                 f"(epoch {state['epoch']}) because an update made the parameters non-finite, "
                 f"so training stopped with the last good checkpoint in {self.checkpoints} "
                 "untouched: lower --lr-scale or set --clip-norm.")
-        improved = (state["best_valid_loss"] is None
-                    or result["valid_loss"] < state["best_valid_loss"])
-        if improved:
-            state["best_valid_loss"] = result["valid_loss"]
-        if self.config.keep_best:  # [step, valid loss] of the lowest ones, lowest first
-            kept = [pair for pair in state.get("kept_best", []) if pair[0] != state["step"]]
-            kept.append([state["step"], result["valid_loss"]])  # once (a resumed end: again)
-            state["kept_best"] = sorted(kept, key=lambda pair: (pair[1], pair[0])
-                                        )[: self.config.keep_best]
+        metric, higher = SELECT_BY[self.config.select_by]
+        improved = _better(result.get(metric), state.get(f"best_{metric}"), higher)
+        for key, key_higher in SELECT_BY.values():  # both bests, whichever selects
+            if _better(result.get(key), state.get(f"best_{key}"), key_higher):
+                state[f"best_{key}"] = result[key]
+        entry = [state["step"], result["valid_loss"], result.get("valid_bleu")]
+        if improved:  # best.npz's own figures
+            state["best"] = entry
+        if self.config.keep_best:  # [step, valid loss, valid BLEU] of the best ones, best first
+            kept = [e for e in state.get("kept_best", []) if e[0] != state["step"]]
+            kept.append(entry)  # once (a resumed end: again)
+            state["kept_best"] = sorted(kept, key=self._rank)[: self.config.keep_best]
         if not self.is_main:
             return result
         step_path = self.checkpoints / _step_name(state["step"])
@@ -619,7 +642,7 @@ class Trainer:
             self._saved_step = state["step"]
             if improved:
                 _link_atomically(step_path, self.checkpoints / "best.npz")
-            best = {_step_name(step) for step, _ in state.get("kept_best", [])
+            best = {_step_name(entry[0]) for entry in state.get("kept_best", [])
                     if self.config.keep_best}
             for old in sorted(self.checkpoints.glob("step-*.npz"))[: -self.config.keep_last]:
                 if old.name not in best:
@@ -674,22 +697,32 @@ class Trainer:
             raise RunWriteError(f"could not write {what}: {reason}; {kept}: {fix} and "
                                 f"{then}.") from None
 
+    def _rank(self, entry: list) -> tuple:
+        """The sort key of a kept_best entry [step, valid loss, valid BLEU]: best first by
+        ``select_by`` (a validation without BLEU last), the earlier of equals first."""
+        step, loss, bleu = entry
+        if self.config.select_by == "bleu":
+            return (-bleu if bleu is not None else math.inf, step)
+        return (loss, step)
+
     def _average(self) -> dict[str, Any]:
-        """Average the last step checkpoints (§6.1), and with ``keep_best`` those of the lowest
-        validation loss, and pick the final model by validation loss: the average of the last
-        ones, else that of the best ones, else the best checkpoint, whichever validates best
-        (a tie goes to the first). (Early in a short run the average mixes in weights far
-        from converged, and loses; a run that overfits past its best validation averages
-        weights from after it.)"""
+        """Average the last step checkpoints (§6.1), and with ``keep_best`` those of the best
+        validations, and pick the final model by ``select_by``: the average of the last ones,
+        else that of the best ones, else the best checkpoint, whichever validates best (a tie
+        goes to the first). Each average is validated for its loss, and with
+        ``select_by="bleu"`` for its BLEU too (rank 0 alone). (Early in a short run the
+        average mixes in weights far from converged, and loses; a run that overfits past its
+        best validation averages weights from after it.)"""
         last = sorted(self.checkpoints.glob("step-*.npz"))[-self.config.keep_last:]
         sets = [("averaged.npz", last)]
         if self.config.keep_best:
-            best = [self.checkpoints / _step_name(step)
-                    for step, _ in sorted(self.state.get("kept_best", []))]
+            best = [self.checkpoints / _step_name(entry[0])
+                    for entry in sorted(self.state.get("kept_best", []))]
             sets.append(("averaged-best.npz", [p for p in best if p.is_file()]))
         trained = {name: p.data for name, p in self.model.named_parameters()}
+        by_bleu = self.config.select_by == "bleu"
         summary: dict[str, Any] = {}
-        candidates = []
+        candidates = []  # (name, checkpoints averaged, {"valid_loss": ..., "valid_bleu": ...})
         for name, paths in sets:
             if not paths:
                 continue
@@ -703,22 +736,50 @@ class Trainer:
             with self._writing(f"the averaged checkpoint ({self.checkpoints / name})"):
                 save_averaged(self.checkpoints / name, averaged)
             self.model.load_state_dict(averaged.model_state)
-            loss = self._valid_losses(SingleProcess())[0]  # rank 0 alone
+            scores = {"valid_loss": self._valid_losses(SingleProcess())[0]}  # rank 0 alone
+            if by_bleu:
+                scores["valid_bleu"] = self._valid_bleu()
             key = name.removesuffix(".npz").replace("-", "_")
-            summary.update({key: str(self.checkpoints / name), f"{key}_valid_loss": loss})
-            candidates.append((loss, name, len(paths)))
+            summary[key] = str(self.checkpoints / name)
+            summary.update({f"{key}_{metric}": value for metric, value in scores.items()})
+            candidates.append((name, len(paths), scores))
         self.model.load_state_dict({n: backend.to_numpy(a) for n, a in trained.items()})
-        candidates.append((self.state["best_valid_loss"], "best.npz", 1))
-        chosen = min(candidates, key=lambda c: c[0])  # the first of equal losses
-        final = self.checkpoints / chosen[1]
+        _, loss, bleu = self.state.get("best") or (  # a run from before "best" was recorded
+            None, self.state["best_valid_loss"], None)
+        candidates.append(("best.npz", 1, {"valid_loss": loss, "valid_bleu": bleu}))
+        metric, higher = SELECT_BY[self.config.select_by]
+        chosen = candidates[0]
+        for candidate in candidates[1:]:  # the first of equals
+            if _better(candidate[2][metric], chosen[2][metric], higher):
+                chosen = candidate
+        final = self.checkpoints / chosen[0]
         with self._writing(f"the final checkpoint ({self.checkpoints / 'final.npz'})"):
             _link_atomically(final, self.checkpoints / "final.npz")
         tqdm.write("; ".join(("the best checkpoint" if name == "best.npz" else
                               f"{name.removesuffix('.npz')} ({n} checkpoints)")
-                             + f": valid loss {loss:.3f}" for loss, name, n in candidates)
+                             + f": valid loss {scores['valid_loss']:.3f}"
+                             + (f", BLEU {scores['valid_bleu']:.2f}"
+                                if by_bleu and scores["valid_bleu"] is not None else "")
+                             for name, n, scores in candidates)
                    + f"; final model: {final.name}")
         summary["final"] = final.name
         return summary
+
+    def _valid_bleu(self) -> float:
+        """BLEU of the model's greedy translations of the first ``bleu_sentences`` validation
+        sentences, on this process alone (``validate``'s, unshared)."""
+        n = min(self.config.bleu_sentences, len(self.data.valid_sources))
+        hypotheses = translate(self.model, self.tokenizer, self.data.valid_sources[:n])
+        self.model.train()
+        return corpus_bleu(hypotheses, self.data.valid_references[:n]).score
+
+
+def _better(value: float | None, than: float | None, higher: bool) -> bool:
+    """Whether the validation figure ``value`` beats the best so far, ``than`` (None: none
+    yet); higher or lower is better. A missing ``value`` (no BLEU) never does."""
+    if value is None:
+        return False
+    return than is None or (value > than if higher else value < than)
 
 
 def _step_name(step: int) -> str:

@@ -3,6 +3,7 @@
 import io
 import json
 import random
+import re
 
 import pytest
 
@@ -453,3 +454,33 @@ def test_keep_best_keeps_and_averages_the_best_checkpoints_too(tmp_path):
     final = (run / "checkpoints" / "final.npz").read_bytes()  # a hard link or a copy
     assert final in {(run / "checkpoints" / name).read_bytes()
                      for name in ("averaged.npz", "averaged-best.npz", "best.npz")}
+
+
+def test_select_by_bleu_is_recorded_and_picks_the_final_model_by_validation_bleu(tmp_path, capsys):
+    """--select-by bleu: the run's settings record it, the averages are validated for their
+    BLEU (printed beside each loss) and best.npz holds the validation of highest BLEU."""
+    corpus = write_corpus(tmp_path / "corpus")
+    run = tmp_path / "run"
+    status = cli.main(["train", "--data", str(corpus), "--src-lang", "xx", "--tgt-lang", "yy",
+                       "--out", str(run), *TRAIN_ARGS, "--keep-best", "1",
+                       "--select-by", "bleu"])
+    assert status == 0
+    assert json.loads((run / "run.json").read_text())["train"]["select_by"] == "bleu"
+    out = capsys.readouterr().out
+    assert re.search(r"averaged \(2 checkpoints\): valid loss [\d.]+, BLEU [\d.]+; averaged-best "
+                     r"\(1 checkpoints\): valid loss [\d.]+, BLEU [\d.]+; the best checkpoint: "
+                     r"valid loss [\d.]+, BLEU [\d.]+; final model: ", out)
+    validations = [json.loads(line)["validation"] for line in
+                   (run / "log.jsonl").read_text().splitlines() if "validation" in line]
+    best = load_checkpoint(run / "checkpoints" / "best.npz").state["trainer"]["step"]
+    highest = max(validations, key=lambda v: (v["valid_bleu"], -v["step"]))
+    assert best == highest["step"]
+
+
+def test_select_by_bleu_without_validation_bleu_is_refused_in_one_sentence(tmp_path, capsys):
+    status = cli.main(["train", "--max-steps", "2", "--select-by", "bleu", "--bleu-sentences",
+                       "0", "--out", str(tmp_path / "run"), "--no-progress"])
+    assert status == 2
+    err = capsys.readouterr().err.strip()
+    assert "--select-by bleu" in err and "--bleu-sentences 0" in err
+    assert err.count("\n") == 0 and not (tmp_path / "run" / "checkpoints").exists()

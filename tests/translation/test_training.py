@@ -124,13 +124,112 @@ def test_keep_best_counts_a_step_once_when_a_finished_run_is_resumed(tmp_path):
         make_trainer(tmp_path, max_steps=12, keep_last=1, keep_best=2), losses)
     resumed.resume(tmp_path / "checkpoints" / "last.npz")
     resumed.fit()
-    assert [step for step, _ in resumed.state["kept_best"]] == [12, 4]
+    assert [entry[0] for entry in resumed.state["kept_best"]] == [12, 4]
     kept = sorted(int(p.stem.split("-")[1]) for p in (tmp_path / "checkpoints").glob("step-*"))
     assert kept == [4, 12]
     (tmp_path / "checkpoints" / "step-0000004.npz").unlink()  # as a later run might have
     again = make_trainer(tmp_path, max_steps=12, keep_last=1, keep_best=2)
     again.resume(tmp_path / "checkpoints" / "last.npz")
-    assert [step for step, _ in again.state["kept_best"]] == [12]
+    assert [entry[0] for entry in again.state["kept_best"]] == [12]
+
+
+def _with_validation_bleus(trainer, bleus):
+    """The trainer, its validation reporting ``bleus[step]`` as the BLEU at each step."""
+    validate = trainer.validate
+
+    def scripted():
+        result = validate()
+        result["valid_bleu"] = bleus[trainer.state["step"]]
+        return result
+    trainer.validate = scripted
+    return trainer
+
+
+# the BLEU peaks at steps 4 and 8 while the loss (OVERFITTING) is lowest at steps 4 and 6
+BLEUS = {2: 1.0, 4: 9.0, 6: 3.0, 8: 8.0, 10: 2.0, 12: 0.5}
+
+
+def _scripted_bleu_run(tmp_path, averages_bleu):
+    """A select_by="bleu" run of 12 steps with the scripted validations above, keep_best=2,
+    keep_last=1, its averages validating at ``averages_bleu`` (a list, used in order)."""
+    trainer = _with_validation_bleus(_with_validation_losses(
+        make_trainer(tmp_path, max_steps=12, keep_last=1, keep_best=2, select_by="bleu",
+                     bleu_sentences=4), OVERFITTING), BLEUS)
+    real_bleu, scripted = trainer._valid_bleu, iter(averages_bleu)
+    trainer._valid_bleu = lambda: (real_bleu(), next(scripted))[1]  # still translated
+    return trainer, trainer.fit()
+
+
+def test_select_by_bleu_keeps_and_averages_the_checkpoints_of_highest_validation_bleu(tmp_path):
+    """select_by="bleu": best.npz is the validation of highest BLEU (not the lowest loss), the
+    kept checkpoints are those of highest BLEU, and each average is validated for its BLEU."""
+    trainer, summary = _scripted_bleu_run(tmp_path, [5.0, 6.0])
+    checkpoints = tmp_path / "checkpoints"
+    kept = sorted(int(p.stem.split("-")[1]) for p in checkpoints.glob("step-*"))
+    assert kept == [4, 8, 12]                              # the two of highest BLEU, the last
+    averaged_best = load_checkpoint(checkpoints / "averaged-best.npz")
+    assert [Path(p).name for p in averaged_best.state["averaged_from"]] == \
+        ["step-0000004.npz", "step-0000008.npz"]
+    assert load_checkpoint(checkpoints / "best.npz").state["trainer"]["step"] == 4
+    assert [entry[0] for entry in trainer.state["kept_best"]] == [4, 8]
+    assert trainer.state["best"] == [4, 1.0, 9.0]         # best.npz's own loss and BLEU
+    assert trainer.state["best_valid_loss"] == 1.0 and trainer.state["best_valid_bleu"] == 9.0
+    assert summary["averaged_valid_bleu"] == 5.0 and summary["averaged_best_valid_bleu"] == 6.0
+    assert summary["final"] == "best.npz"                  # 9.0 beats both averages
+
+
+@pytest.mark.parametrize("averages_bleu, final", [
+    ([12.0, 10.0], "averaged.npz"),
+    ([7.0, 10.0], "averaged-best.npz"),
+    ([10.0, 10.0], "averaged.npz"),                        # the first of equals
+    ([9.0, 9.0], "averaged.npz"),                          # equal to the best checkpoint too
+])
+def test_select_by_bleu_makes_the_final_model_the_one_of_highest_validation_bleu(
+        tmp_path, averages_bleu, final):
+    """The final model is whichever of the last ones' average, the best ones' average and the
+    best checkpoint has the highest validation BLEU, whatever their losses."""
+    _, summary = _scripted_bleu_run(tmp_path, averages_bleu)
+    assert summary["final"] == final
+    final_bytes = (tmp_path / "checkpoints" / "final.npz").read_bytes()
+    assert final_bytes == (tmp_path / "checkpoints" / final).read_bytes()
+
+
+def test_select_by_loss_keeps_the_final_model_by_loss_and_validates_no_bleu_for_averages(
+        tmp_path):
+    """The default: the averages are validated for their loss alone, and the BLEU of a
+    validation does not move best.npz."""
+    trainer = _with_validation_bleus(_with_validation_losses(
+        make_trainer(tmp_path, max_steps=12, keep_last=1, keep_best=2, bleu_sentences=4),
+        OVERFITTING), BLEUS)
+    summary = trainer.fit()
+    assert "averaged_valid_bleu" not in summary and "averaged_best_valid_bleu" not in summary
+    assert trainer.state["best"] == [4, 1.0, 9.0]
+    assert [entry[0] for entry in trainer.state["kept_best"]] == [4, 6]
+    assert trainer.state["best_valid_bleu"] == 9.0         # recorded all the same
+
+
+def test_a_run_from_before_validation_bleu_was_kept_resumes_with_its_best_checkpoints(tmp_path):
+    """Checkpoints written before kept_best recorded the BLEU hold [step, loss] entries and no
+    "best": a resumed run reads them as entries without BLEU, and picks its final model."""
+    _with_validation_losses(
+        make_trainer(tmp_path, max_steps=8, keep_last=1, keep_best=2), OVERFITTING).fit()
+    last = load_checkpoint(tmp_path / "checkpoints" / "last.npz")
+    trainer_state = {k: v for k, v in last.state["trainer"].items()
+                     if k not in ("best", "best_valid_bleu")}
+    trainer_state["kept_best"] = [entry[:2] for entry in trainer_state["kept_best"]]
+    loaded = make_trainer(tmp_path, max_steps=12, keep_last=1, keep_best=2)
+    loaded.resume(tmp_path / "checkpoints" / "last.npz")
+    old_format = tmp_path / "checkpoints" / "old.npz"
+    save_checkpoint(old_format, loaded.model, loaded.optimizer, last.tokenizer_bytes,
+                    {**last.state, "trainer": trainer_state})
+    resumed = _with_validation_losses(
+        make_trainer(tmp_path, max_steps=12, keep_last=1, keep_best=2), OVERFITTING)
+    resumed.resume(old_format)
+    assert resumed.state["kept_best"] == [[4, 1.0, None], [6, 2.0, None]]
+    summary = resumed.fit()
+    assert [entry[0] for entry in resumed.state["kept_best"]] == [4, 6]
+    assert "best" not in resumed.state                     # no validation beat step 4 since
+    assert summary["final"] == "best.npz"  # by the recorded best_valid_loss, 1.0
 
 
 def test_a_nan_loss_stops_training_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
@@ -311,6 +410,8 @@ def test_a_training_config_that_never_stops_is_refused():
     ({"max_epochs": 0}, "max_epochs must be at least 1"),
     ({"label_smoothing": 1.5}, "label_smoothing must satisfy"),
     ({"bleu_sentences": -1}, "bleu_sentences must be at least 0"),
+    ({"select_by": "accuracy"}, "select_by must be one of 'loss', 'bleu', got 'accuracy'"),
+    ({"select_by": "bleu", "bleu_sentences": 0}, "bleu_sentences=0 turns off"),
 ])
 def test_a_training_config_that_would_train_wrongly_is_refused(setting, message):
     with pytest.raises(ValueError, match=message):
