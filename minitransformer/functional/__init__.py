@@ -9,6 +9,7 @@ from .attention import causal_mask, scaled_dot_product_attention
 from .basic import add, astype, div, exp, log, mul, neg, pow, sqrt, sub
 from .dropout import dropout
 from .embedding import embedding
+from .feed_forward import feed_forward
 from .indexing import concat, getitem, masked_fill, split, stack, where
 from .linalg import linear, linear_relu, matmul
 from .loss import cross_entropy
@@ -19,8 +20,8 @@ from .shape import broadcast_to, permute, reshape, sum_to, swapaxes, transpose
 
 __all__ = [
     "add", "astype", "broadcast_to", "causal_mask", "concat", "cross_entropy", "div", "dropout",
-    "dropout_add_layer_norm", "embedding", "exp", "getitem", "layer_norm", "linear", "linear_relu",
-    "log", "log_softmax", "masked_fill", "matmul", "max", "mean", "mul", "neg", "permute", "pow",
-    "relu", "reshape", "scaled_dot_product_attention", "softmax", "split", "sqrt", "stack", "sub",
-    "sum", "sum_to", "swapaxes", "tanh", "transpose", "where",
+    "dropout_add_layer_norm", "embedding", "exp", "feed_forward", "getitem", "layer_norm",
+    "linear", "linear_relu", "log", "log_softmax", "masked_fill", "matmul", "max", "mean", "mul",
+    "neg", "permute", "pow", "relu", "reshape", "scaled_dot_product_attention", "softmax",
+    "split", "sqrt", "stack", "sub", "sum", "sum_to", "swapaxes", "tanh", "transpose", "where",
 ]

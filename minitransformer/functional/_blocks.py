@@ -233,16 +233,17 @@ def on_workers(function: Callable[[Any], Any], items: list) -> list:
 
 
 def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any,
-               block_bytes: int | None = None) -> None:
+               block_bytes: int | None = None, multiple: int = 1) -> None:
     """Run ``kernel(rows)`` over slices of rows 0..n, each about BLOCK_BYTES of one array of
     ``row_bytes`` per row, spread over the worker threads (one call on CuPy or when small).
 
     A larger ``block_bytes`` suits kernels of many small NumPy calls, whose per-call cost would
     otherwise outweigh the gain from staying in cache. (The default is read at each call, so
-    tests can set BLOCK_BYTES small and run every kernel in many blocks.)
+    tests can set BLOCK_BYTES small and run every kernel in many blocks.) Every slice begins
+    at a multiple of ``multiple`` (its rows rounded up to one).
     """
     block_bytes = BLOCK_BYTES if block_bytes is None else block_bytes
-    rows_per_block = max(1, block_bytes // max(1, row_bytes))
+    rows_per_block = -(-max(1, block_bytes // max(1, row_bytes)) // multiple) * multiple
     if _cuda.is_cupy(xp):
         kernel(slice(0, n))
         return

@@ -14,21 +14,21 @@ formulas (tests check them against it, and their gradients against finite differ
 
 What is compiled: the post-LN residual (dropout, sum and layer norm, ``residual.py``), the
 layer norm (``normalization.py``), the linear layers' bias, the feed-forward layer's ReLU and
-its backward (``linalg.py``), the embedding's scatter-add backward (``embedding.py``), Adam's
-update (``optim.py``), the loss's passes with its exp (``loss.py``), attention's softmax with
-its exp and the softmax's backward (``attention.py``), dropout's random words
-(``dropout.py``) and beam search's gather-and-append of the keys and values it keeps
-(``nn/attention.py``). The exp of the loss and of attention's softmax in float32 is
+its backward (``linalg.py``, ``feed_forward.py``), the embedding's scatter-add backward
+(``embedding.py``), Adam's update (``optim.py``), the loss's passes with its exp (``loss.py``),
+attention's softmax with its exp and the softmax's backward (``attention.py``), dropout's
+random words (``dropout.py``) and beam search's gather-and-append of the keys and values it
+keeps (``nn/attention.py``). The exp of the loss and of attention's softmax in float32 is
 compiled too, but not as ``math.exp``: Numba, without Intel's SVML, calls the C library once
 per element for it (ten times slower than NumPy's, measured on the Xeon). ``exp32`` is instead
 Cephes' ``expf`` written as plain arithmetic that the compiler turns into vector instructions:
 e^x = 2^k e^r with k = round(x / ln 2) and |r| <= ln 2 / 2 (ln 2 in two parts, so that r is
-exact), e^r a degree-7 polynomial, and 2^k built from its exponent bits in two factors (so
-that k = 128 does not overflow and subnormal results come out right). Within 1.01 ulp of the
-exact value everywhere (NumPy's float32 exp: 2.4 ulp), NaN, ±inf, overflow and underflow as
-NumPy's; 1.5 to 2 times NumPy's speed on the EPYC. Its kernels are compiled with contraction
-alone of the ``fastmath`` flags: reassociation would merge the two parts of ln 2. float64
-takes NumPy's exp.
+exact), e^r a degree-7 polynomial, and 2^k built from its exponent bits in two factors (so that
+k = 128 does not overflow and subnormal results come out right). Within 1.01 ulp of the exact
+value everywhere (NumPy's float32 exp: 2.4 ulp), NaN, ±inf, overflow and underflow as NumPy's;
+1.5 to 2 times NumPy's speed on the EPYC. Its kernels are compiled with contraction alone of
+the ``fastmath`` flags: reassociation would merge the two parts of ln 2. float64 takes NumPy's
+exp.
 
 Every kernel but the gather-and-append (whole arrays, on a decoding share's own thread)
 takes one block of rows (or elements) and releases Python's lock
@@ -264,6 +264,24 @@ def kernels() -> Any:
                 db[j] += g
 
     @jit
+    def relu_gradient_groups(dz, y, group, sums):
+        """Rows (n, C) in place: dz = dz ∘ [y > 0] (a product, as relu_gradient); sums[g] =
+        the sum of the masked rows g·group .. (g + 1)·group - 1 (the last group may be
+        short), sums (ceil(n / group), C)."""
+        n, C = dz.shape
+        zero, one = dz.dtype.type(0), dz.dtype.type(1)
+        for g in range(sums.shape[0]):
+            total = sums[g]
+            for j in range(C):
+                total[j] = zero
+            for i in range(g * group, min(n, (g + 1) * group)):
+                row, kept = dz[i], y[i]
+                for j in range(C):
+                    d = row[j] * (one if kept[j] > zero else zero)
+                    row[j] = d
+                    total[j] += d
+
+    @jit
     def scatter_add_rows(ids, rows, table):
         """table[ids[n]] += rows[n] for every n, in order: ids (N,), rows (N, C)."""
         for n in range(ids.shape[0]):
@@ -449,5 +467,6 @@ def kernels() -> Any:
         residual_forward=residual_forward, residual_backward=residual_backward,
         layer_norm_forward=layer_norm_forward, layer_norm_backward=layer_norm_backward,
         bias_relu=bias_relu, bias_add=bias_add, relu_gradient=relu_gradient,
+        relu_gradient_groups=relu_gradient_groups,
         scatter_add_rows=scatter_add_rows,
         adam_update=adam_update)

@@ -1,9 +1,10 @@
 """Matrix products on the worker pool: every core for the layers' products, without BLAS's threads.
 
     matmul(a, b, out=None)      a @ b, as ``numpy.matmul`` (on CuPy: cuBLAS, ``_cublas.py``)
-    matmul(a, b, out, before=prepare, after=finish)
+    matmul(a, b, out, before=prepare, after=finish, align=g)
                                 a 2-D product with a pass over rows on either side: prepare(rows)
-                                writes rows of a, finish(rows) finishes rows of out
+                                writes rows of a, finish(rows) finishes rows of out (each slice
+                                of out's rows beginning at a multiple of g)
 
 BLAS parallelises a product itself: OpenBLAS gives each of its threads a fixed share of the
 product, and the threads wait for one another, spinning, at every panel of the reduction. On
@@ -35,6 +36,7 @@ blocks instead.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -52,16 +54,18 @@ MIN_BLOCK_ROWS = 64
 
 
 def matmul(a: Any, b: Any, out: Any = None, *, before: Callable[[slice], Any] | None = None,
-           after: Callable[[slice], Any] | None = None) -> Any:
+           after: Callable[[slice], Any] | None = None, align: int = 1) -> Any:
     """``a @ b`` with NumPy's broadcasting rules, on the worker threads with single-threaded
     BLAS when large enough (see the module's docstring); written into ``out`` when given.
 
     ``before(rows)`` and ``after(rows)``, for a 2-D ``a`` and ``out``: called on slices of rows
     covering 0..N, ``before`` on rows of ``a`` before they are multiplied, ``after`` on rows of
-    the output once written; each touches only its own rows (as ``for_blocks``' kernels)."""
+    the output once written; each touches only its own rows (as ``for_blocks``' kernels).
+    ``after``'s slices begin at multiples of ``align``: a pass that sums fixed groups of rows
+    (``feed_forward.py``'s db₁) then gets whole groups, however many workers there are."""
     xp = backend.get_array_module(a)
     if before is not None or after is not None:
-        return _with_passes(a, b, out, before, after, xp)
+        return _with_passes(a, b, out, before, after, align, xp)
     if _cuda.is_cupy(xp):  # cuBLAS called directly, so that a CUDA graph can hold it
         return _cublas.matmul(a, b, out)
     if (_blocks.WORKERS == 1
@@ -78,14 +82,16 @@ def matmul(a: Any, b: Any, out: Any = None, *, before: Callable[[slice], Any] | 
     return out
 
 
-def _with_passes(a: Any, b: Any, out: Any, before: Any, after: Any, xp: Any) -> Any:
+def _with_passes(a: Any, b: Any, out: Any, before: Any, after: Any, align: int,
+                 xp: Any) -> Any:
     """matmul with ``before`` and ``after`` (see matmul): on the product's blocks of rows when
     it is cut by rows on the pool, else each on ``for_blocks``' blocks around one product.
 
     ``before`` is called on ``for_blocks``' own blocks of a's rows either way (the product's
     blocks are cut where they begin), so a pass that sums over its rows (the ReLU's db) adds
     the same rows together, in the same order, whatever the number of workers. ``after`` gets
-    each block of the product's rows as one slice."""
+    each block of the product's rows as one slice, each beginning at a multiple of ``align``
+    (the blocks are cut there)."""
     if a.ndim != 2 or b.ndim != 2:
         raise ValueError(f"matmul: passes before and after a product need matrices, got "
                          f"shapes {tuple(a.shape)} and {tuple(b.shape)}.")
@@ -99,7 +105,8 @@ def _with_passes(a: Any, b: Any, out: Any, before: Any, after: Any, xp: Any) -> 
             _blocks.for_blocks(before, a.shape[0], a.shape[1] * a.itemsize, xp)
         matmul(a, b, out)
         if after is not None:
-            _blocks.for_blocks(after, out.shape[0], out.shape[1] * out.itemsize, xp)
+            _blocks.for_blocks(after, out.shape[0], out.shape[1] * out.itemsize, xp,
+                               multiple=align)
         return out
     cell = max(1, _blocks.BLOCK_BYTES // max(1, a.shape[1] * a.itemsize))  # for_blocks' rows
 
@@ -111,9 +118,9 @@ def _with_passes(a: Any, b: Any, out: Any, before: Any, after: Any, xp: Any) -> 
         if after is not None:
             after(rows)
     parts = min(_blocks.WORKERS, out.shape[0] // MIN_BLOCK_ROWS)
+    multiple = math.lcm(cell if before is not None else 1, align if after is not None else 1)
     with _blocks._single_threaded_blas():
-        _blocks.shared_out(block, _shares(out.shape[0], parts,
-                                          multiple=cell if before is not None else 1))
+        _blocks.shared_out(block, _shares(out.shape[0], parts, multiple=multiple))
     return out
 
 

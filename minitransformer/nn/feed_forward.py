@@ -23,6 +23,7 @@ class PositionwiseFeedForward(Module):
         self.w_2 = Linear(d_ff, d_model)
 
     def forward(self, x: Any) -> Any:
-        # relu(w_1(x)) as one Function: bias and ReLU in one pass over the (B, T, F) product
-        hidden = F.linear_relu(x, self.w_1.weight, self.w_1.bias)    # (B, T, F)
-        return self.w_2(hidden)                                      # (B, T, C)
+        # w_2(relu(w_1(x))) as one Function (functional/feed_forward.py): the bias and ReLU
+        # in one pass over the (B, T, F) product, and backward's mask on dh as it is written
+        return F.feed_forward(x, self.w_1.weight, self.w_1.bias,
+                              self.w_2.weight, self.w_2.bias)          # (B, T, C)

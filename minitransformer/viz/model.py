@@ -223,7 +223,7 @@ def _draw_sublayer(column: _Column, residual: Call) -> list:
                  f"{'' if inner.same_inputs else ', keys: memory'}"]
         rect = column.box(title, lines, ATTENTION)
     else:
-        hidden = next((c.inputs[0] for c in inner.children if c.name.endswith("w_2")), None)
+        hidden = inner.feed_forward_width()
         lines = [inner.name] + ([f"inner width {_fmt(hidden)}"] if hidden else [])
         rect = column.box("Feed Forward", lines, FEED_FORWARD)
     column.arrow(length=TIGHT)

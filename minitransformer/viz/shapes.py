@@ -126,9 +126,8 @@ def _stack(stack: Call) -> list[dict]:
                     items.append(_item(c.name.rsplit(".", 1)[-1], f"{kind}-attention weights",
                                        c.weights, "weights", layer.name, c.masks))
                 elif c.kind == "PositionwiseFeedForward":
-                    inner = next(w for w in c.children if w.name.endswith("w_2"))
-                    items.append(_item("feed_forward", "inner width d_ff", inner.inputs[0],
-                                       "inner", layer.name))
+                    items.append(_item("feed_forward", "inner width d_ff",
+                                       c.feed_forward_width(), "inner", layer.name))
             items.append(_item("output", "the layer's output", layer.output, "stream",
                                layer.name))
         else:

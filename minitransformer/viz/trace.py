@@ -59,6 +59,13 @@ class Call:
                 return call
         return None
 
+    def feed_forward_width(self) -> tuple[int, ...] | None:
+        """The (..., d_ff) shape inside a PositionwiseFeedForward call (one Function, so no
+        call of its layers shows it); None for other modules."""
+        if self.kind != "PositionwiseFeedForward" or not self.inputs or self.inputs[0] is None:
+            return None
+        return self.inputs[0][:-1] + (self.module.w_1.weight.shape[0],)
+
     def walk(self) -> list[Call]:
         """This call and every call below it, in the order they started."""
         calls, stack = [], [self]

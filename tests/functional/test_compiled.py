@@ -21,7 +21,7 @@ from minitransformer.verify.module_cases import MODULE_CASES, run_module_case
 pytest.importorskip("numba")
 
 COMPILED = {"layer_norm", "dropout_add_layer_norm", "embedding", "linear", "linear_relu",
-            "cross_entropy", "scaled_dot_product_attention"}
+            "feed_forward", "cross_entropy", "scaled_dot_product_attention"}
 MODULES = {"LayerNorm", "Embedding", "PositionwiseFeedForward", "Residual", "EncoderLayer",
            "DecoderLayer", "Transformer+loss", "MultiHeadAttention"}
 RNG = np.random.default_rng(0)

@@ -411,7 +411,8 @@ def test_a_training_config_that_never_stops_is_refused():
     ({"label_smoothing": 1.5}, "label_smoothing must satisfy"),
     ({"bleu_sentences": -1}, "bleu_sentences must be at least 0"),
     ({"select_by": "accuracy"}, "select_by must be one of 'loss', 'bleu', got 'accuracy'"),
-    ({"select_by": "bleu", "bleu_sentences": 0}, "bleu_sentences=0 turns off"),
+    ({"select_by": "bleu", "bleu_sentences": 0},
+     r"bleu_sentences=0 \(--bleu-sentences 0\) turns off"),
 ])
 def test_a_training_config_that_would_train_wrongly_is_refused(setting, message):
     with pytest.raises(ValueError, match=message):

@@ -45,7 +45,7 @@ def test_shapes_masks_and_weights_are_those_of_the_batch(model):
     assert causal.shape == (2, 1, 4, 4) and causal.causal
     assert np.array_equal(causal.first, np.tril(np.ones((4, 4), bool)))
     assert padding.shape == (2, 1, 1, 5) and not padding.causal
-    assert call.find("encoder.layers.0.feed_forward.w_2").inputs == [(2, 5, 64)]
+    assert call.find("encoder.layers.0.feed_forward").feed_forward_width() == (2, 5, 64)
 
 
 def test_the_model_is_left_as_it_was(model):
