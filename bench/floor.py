@@ -147,8 +147,8 @@ def step_products(config, B: int, S: int, T: int) -> list[Product]:
         *linear_products("encoder self-attention Q, K, V", Ns, C, 3 * C, N),
         *attention_products("encoder self-attention", B, H, S, S, D, (0, 3), (1, 3), N),
         *linear_products("encoder self-attention W^O", Ns, C, C, N),
-        *linear_products("encoder feed-forward w_1", Ns, C, F, N, "LinearReLU"),
-        *linear_products("encoder feed-forward w_2", Ns, F, C, N),
+        *linear_products("encoder feed-forward w_1", Ns, C, F, N, "FeedForward"),
+        *linear_products("encoder feed-forward w_2", Ns, F, C, N, "FeedForward"),
         *linear_products("decoder self-attention Q, K, V", Nt, C, 3 * C, N),
         *attention_products("decoder self-attention", B, H, T, T, D, (0, 3), (1, 3), N),
         *linear_products("decoder self-attention W^O", Nt, C, C, N),
@@ -156,8 +156,8 @@ def step_products(config, B: int, S: int, T: int) -> list[Product]:
         *linear_products("decoder cross-attention K, V", Ns, C, 2 * C, N),
         *attention_products("decoder cross-attention", B, H, T, S, D, (0, 1), (0, 2), N),
         *linear_products("decoder cross-attention W^O", Nt, C, C, N),
-        *linear_products("decoder feed-forward w_1", Nt, C, F, N, "LinearReLU"),
-        *linear_products("decoder feed-forward w_2", Nt, F, C, N),
+        *linear_products("decoder feed-forward w_1", Nt, C, F, N, "FeedForward"),
+        *linear_products("decoder feed-forward w_2", Nt, F, C, N, "FeedForward"),
         *linear_products("output projection (tied)", Nt, C, V, 1),
     ]
 

@@ -172,17 +172,22 @@ def training_memory(model_config: Any, config: TrainConfig, data: TranslationDat
                     ) -> tuple[int, int]:
     """(bytes on ``device``, bytes on the host besides) at the peak of a run: parameters,
     gradients and Adam's moments, the largest step over the run's batches, validation (its
-    losses, and greedy decoding of the longest BLEU sentence), averaging the last
-    checkpoints, and with ``final_beam`` decoding a test sentence of ``final_source_len``
-    tokens with that beam after training (``memory.py`` derives each). On the CPU the
-    second is 0: both are the same memory, counted in the first."""
+    losses, and greedy decoding of the longest BLEU sentence; with ``select_by="bleu"`` that
+    decoding again at the end for each average, beside the trained weights and the average's
+    arrays), averaging the last checkpoints, and with ``final_beam`` decoding a test
+    sentence of ``final_source_len`` tokens with that beam after training (``memory.py``
+    derives each). On the CPU the second is 0: both are the same memory, counted in the
+    first."""
     gpu, f = device == "cuda", backend.get_default_dtype().itemsize
     P = memory.parameter_count(model_config) * f
     decoding = []  # (bytes besides, sentence length, beam) of decoding besides training
     n = min(config.bleu_sentences, len(data.valid_sources), len(data.valid))
     longest = model_config.max_len - 1
     if n:
-        decoding.append((0, min(max(len(s) for s, _ in data.valid[:n]), longest), 1))
+        S_valid = min(max(len(s) for s, _ in data.valid[:n]), longest)
+        decoding.append((0, S_valid, 1))
+        if config.select_by == "bleu":  # _average: the trained weights and the average beside
+            decoding.append((2 * P, S_valid, 1))
     if final_beam:  # the final model is loaded beside the trained one
         decoding.append((P, min(final_source_len, longest), final_beam))
     after = max([extra + memory.decoding_bytes(
@@ -621,7 +626,9 @@ class Trainer:
                 f"so training stopped with the last good checkpoint in {self.checkpoints} "
                 "untouched: lower --lr-scale or set --clip-norm.")
         metric, higher = SELECT_BY[self.config.select_by]
-        improved = _better(result.get(metric), state.get(f"best_{metric}"), higher)
+        # against best.npz's own figure (a resumed run may select by the other measure now)
+        best = state.get("best") or [None, state.get("best_valid_loss"), None]  # (older runs)
+        improved = _better(result.get(metric), best[1 if metric == "valid_loss" else 2], higher)
         for key, key_higher in SELECT_BY.values():  # both bests, whichever selects
             if _better(result.get(key), state.get(f"best_{key}"), key_higher):
                 state[f"best_{key}"] = result[key]

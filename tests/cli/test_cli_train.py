@@ -467,9 +467,16 @@ def test_select_by_bleu_is_recorded_and_picks_the_final_model_by_validation_bleu
     assert status == 0
     assert json.loads((run / "run.json").read_text())["train"]["select_by"] == "bleu"
     out = capsys.readouterr().out
-    assert re.search(r"averaged \(2 checkpoints\): valid loss [\d.]+, BLEU [\d.]+; averaged-best "
-                     r"\(1 checkpoints\): valid loss [\d.]+, BLEU [\d.]+; the best checkpoint: "
-                     r"valid loss [\d.]+, BLEU [\d.]+; final model: ", out)
+    line = re.search(r"averaged \(2 checkpoints\): valid loss [\d.]+, BLEU ([\d.]+); "
+                     r"averaged-best \(1 checkpoints\): valid loss [\d.]+, BLEU ([\d.]+); the "
+                     r"best checkpoint: valid loss [\d.]+, BLEU ([\d.]+); final model: (\S+)", out)
+    assert line, out
+    bleus = dict(zip(("averaged.npz", "averaged-best.npz", "best.npz"),
+                     map(float, line.groups()[:3]), strict=True))
+    final = max(bleus, key=bleus.get)                      # the first of the highest
+    assert line.group(4) == final
+    assert (run / "checkpoints" / "final.npz").read_bytes() == \
+        (run / "checkpoints" / final).read_bytes()
     validations = [json.loads(line)["validation"] for line in
                    (run / "log.jsonl").read_text().splitlines() if "validation" in line]
     best = load_checkpoint(run / "checkpoints" / "best.npz").state["trainer"]["step"]

@@ -26,6 +26,7 @@ from minitransformer.translation.training import (
     Trainer,
     _shapes,
     check_training_memory,
+    training_memory,
 )
 from minitransformer.translation.translator import translate, translate_n_best
 
@@ -385,3 +386,15 @@ def test_averaging_refuses_before_reading_and_training_says_its_checkpoints_are_
         average_checkpoints(paths)
     monkeypatch.setenv(LIMIT, str(memory.averaging_bytes(paths)))
     assert average_checkpoints(paths).config == trainer.model.config
+
+
+def test_selecting_by_bleu_counts_the_averages_translated_beside_the_trained_weights():
+    """With select_by="bleu" each average is translated at the end while the trained weights
+    and the average's arrays are held: the estimate grows by those 2·P bytes where that
+    decoding is the peak (small batches of a small model)."""
+    tokenizer, data, config, _ = training_setup()
+    by = {select_by: training_memory(config, TrainConfig(max_tokens=20, max_steps=2,
+                                                         bleu_sentences=4,
+                                                         select_by=select_by), data)[0]
+          for select_by in ("loss", "bleu")}
+    assert by["bleu"] - by["loss"] == 2 * memory.parameter_count(config) * 4

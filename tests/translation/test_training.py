@@ -15,6 +15,7 @@ from train_task import make_task, make_trainer
 
 import minitransformer.translation.training as train_module
 from minitransformer import backend
+from minitransformer.data.errors import DataError
 from minitransformer.nn import Transformer, TransformerConfig
 from minitransformer.translation.checkpoint import (
     CheckpointError,
@@ -145,8 +146,8 @@ def _with_validation_bleus(trainer, bleus):
     return trainer
 
 
-# the BLEU peaks at steps 4 and 8 while the loss (OVERFITTING) is lowest at steps 4 and 6
-BLEUS = {2: 1.0, 4: 9.0, 6: 3.0, 8: 8.0, 10: 2.0, 12: 0.5}
+# the BLEU is highest at steps 8 and 10, where the loss (OVERFITTING) is lowest at 4 and 6
+BLEUS = {2: 1.0, 4: 3.0, 6: 2.0, 8: 9.0, 10: 8.0, 12: 0.5}
 
 
 def _scripted_bleu_run(tmp_path, averages_bleu):
@@ -166,13 +167,13 @@ def test_select_by_bleu_keeps_and_averages_the_checkpoints_of_highest_validation
     trainer, summary = _scripted_bleu_run(tmp_path, [5.0, 6.0])
     checkpoints = tmp_path / "checkpoints"
     kept = sorted(int(p.stem.split("-")[1]) for p in checkpoints.glob("step-*"))
-    assert kept == [4, 8, 12]                              # the two of highest BLEU, the last
+    assert kept == [8, 10, 12]                             # the two of highest BLEU, the last
     averaged_best = load_checkpoint(checkpoints / "averaged-best.npz")
     assert [Path(p).name for p in averaged_best.state["averaged_from"]] == \
-        ["step-0000004.npz", "step-0000008.npz"]
-    assert load_checkpoint(checkpoints / "best.npz").state["trainer"]["step"] == 4
-    assert [entry[0] for entry in trainer.state["kept_best"]] == [4, 8]
-    assert trainer.state["best"] == [4, 1.0, 9.0]         # best.npz's own loss and BLEU
+        ["step-0000008.npz", "step-0000010.npz"]
+    assert load_checkpoint(checkpoints / "best.npz").state["trainer"]["step"] == 8
+    assert [entry[0] for entry in trainer.state["kept_best"]] == [8, 10]
+    assert trainer.state["best"] == [8, 4.0, 9.0]         # best.npz's own loss and BLEU
     assert trainer.state["best_valid_loss"] == 1.0 and trainer.state["best_valid_bleu"] == 9.0
     assert summary["averaged_valid_bleu"] == 5.0 and summary["averaged_best_valid_bleu"] == 6.0
     assert summary["final"] == "best.npz"                  # 9.0 beats both averages
@@ -196,16 +197,54 @@ def test_select_by_bleu_makes_the_final_model_the_one_of_highest_validation_bleu
 
 def test_select_by_loss_keeps_the_final_model_by_loss_and_validates_no_bleu_for_averages(
         tmp_path):
-    """The default: the averages are validated for their loss alone, and the BLEU of a
-    validation does not move best.npz."""
+    """The default: the averages are validated for their loss alone (no translation), the
+    BLEU of a validation moves neither best.npz nor the kept ones, and the final model is
+    the candidate of lowest loss."""
     trainer = _with_validation_bleus(_with_validation_losses(
         make_trainer(tmp_path, max_steps=12, keep_last=1, keep_best=2, bleu_sentences=4),
         OVERFITTING), BLEUS)
+
+    def not_translated():
+        raise AssertionError("averages translated when selecting by loss")
+    trainer._valid_bleu = not_translated
     summary = trainer.fit()
     assert "averaged_valid_bleu" not in summary and "averaged_best_valid_bleu" not in summary
-    assert trainer.state["best"] == [4, 1.0, 9.0]
+    assert trainer.state["best"] == [4, 1.0, 3.0]
     assert [entry[0] for entry in trainer.state["kept_best"]] == [4, 6]
     assert trainer.state["best_valid_bleu"] == 9.0         # recorded all the same
+    losses_of = {"averaged.npz": summary["averaged_valid_loss"],
+                 "averaged-best.npz": summary["averaged_best_valid_loss"], "best.npz": 1.0}
+    assert summary["final"] == min(losses_of, key=losses_of.get)
+
+
+def test_a_run_resumed_with_the_other_measure_judges_by_it_from_there_on(tmp_path):
+    """A run selecting by loss, resumed selecting by BLEU: each later validation is weighed
+    against best.npz's own BLEU (not the highest BLEU seen, whose checkpoint loss selection
+    did not keep), and the kept checkpoints are ranked again by BLEU."""
+    _with_validation_bleus(_with_validation_losses(
+        make_trainer(tmp_path, max_steps=8, keep_last=1, keep_best=2, bleu_sentences=4),
+        OVERFITTING), BLEUS).fit()
+    resumed = _with_validation_bleus(_with_validation_losses(
+        make_trainer(tmp_path, max_steps=12, keep_last=1, keep_best=2, bleu_sentences=4,
+                     select_by="bleu"), OVERFITTING), BLEUS)
+    resumed.resume(tmp_path / "checkpoints" / "last.npz")
+    assert resumed.state["best"] == [4, 1.0, 3.0]
+    resumed.fit()
+    assert resumed.state["best"] == [10, 6.0, 8.0]         # 8.0 beats best.npz's 3.0
+    best = load_checkpoint(tmp_path / "checkpoints" / "best.npz")
+    assert best.state["trainer"]["step"] == 10
+    assert [entry[0] for entry in resumed.state["kept_best"]] == [10, 4]
+    kept = sorted(int(p.stem.split("-")[1]) for p in (tmp_path / "checkpoints").glob("step-*"))
+    assert kept == [4, 10, 12]
+
+
+def test_select_by_bleu_without_validation_text_is_refused(tmp_path):
+    tokenizer, data = make_task()
+    data.valid_sources, data.valid_references = [], []
+    config = TransformerConfig.named("tiny", tokenizer.vocab_size, d_model=16, d_ff=32)
+    with pytest.raises(DataError, match="select_by='bleu' picks checkpoints by the BLEU"):
+        Trainer(Transformer(config), tokenizer, data,
+                TrainConfig(max_steps=2, select_by="bleu"), tmp_path)
 
 
 def test_a_run_from_before_validation_bleu_was_kept_resumes_with_its_best_checkpoints(tmp_path):
