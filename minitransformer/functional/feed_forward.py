@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..autograd.function import Function
-from . import _compiled, _products
+from . import _compiled, _cuda, _products
 from ._reduce import sum_rows
 from .linalg import Linear, LinearReLU
 
@@ -60,10 +60,16 @@ class FeedForward(Function):
         # fwd 3: dh = dout W₂; fwd 2: h = max(0, z)  ->  dz = dh ∘ [h > 0], in place on each
         # block of dh's rows as soon as it is written, with db₁'s sums of its groups of rows
         dz = xp.empty_like(h2)                                          # (N, F): dh, then dz
-        group_sums = xp.empty((-(-dz.shape[0] // GROUP_ROWS), F), dtype=dz.dtype)  # (G, F)
-        mask = _mask_and_sum(dz, h2, group_sums, xp)
-        _products.matmul(d2, w2, out=dz, after=mask, align=GROUP_ROWS)
-        db1 = group_sums.sum(axis=0) if want_db1 else None              # (F,)
+        if _cuda.is_cupy(xp):  # the GPU: whole-array kernels, no threads to keep in order
+            _products.matmul(d2, w2, out=dz)
+            xp.multiply(dz, h2 > 0, out=dz)
+            db1 = sum_rows(dz) if want_db1 else None                    # (F,)
+        else:
+            group_sums = xp.empty((-(-dz.shape[0] // GROUP_ROWS), F), dtype=dz.dtype) \
+                if want_db1 else None                                   # (G, F)
+            mask = _mask_and_sum(dz, h2, group_sums, xp)
+            _products.matmul(d2, w2, out=dz, after=mask, align=GROUP_ROWS)
+            db1 = group_sums.sum(axis=0) if want_db1 else None          # (F,)
         # fwd 1: z = x W₁ᵀ + b₁  ->  dW₁ = dzᵀ x,  dx = dz W₁
         dx = _products.matmul(dz, w1).reshape(self.x_shape) if want_dx else None  # (..., C)
         dW1 = _products.matmul(dz.T, x2) if want_dw1 else None          # (F, C)
@@ -72,8 +78,13 @@ class FeedForward(Function):
 
 def _mask_and_sum(dz, h2, group_sums, xp):
     """The pass after dh's product, on rows beginning at a multiple of GROUP_ROWS: dz = dh ∘
-    [h > 0] in place, and each group's row sum into group_sums (compiled: one loop)."""
+    [h > 0] in place, and each group's row sum into group_sums (compiled: one loop), unless
+    group_sums is None (db₁ not wanted)."""
     G = GROUP_ROWS
+    if group_sums is None:
+        def mask(rows):
+            xp.multiply(dz[rows], h2[rows] > 0, out=dz[rows])
+        return mask
     if _compiled.enabled(xp, dz, h2):
         kernel = _compiled.kernels().relu_gradient_groups
 
@@ -93,7 +104,11 @@ def _mask_and_sum(dz, h2, group_sums, xp):
 
 
 def check_shapes(x, w1, b1, w2, b2) -> None:
-    """W₁ (F, C) and W₂ (C_out, F) chain, the biases fit them, x ends in C."""
+    """Floating point; W₁ (F, C) and W₂ (C_out, F) chain, the biases fit them, x ends in C."""
+    if x.dtype.kind != "f" or w1.dtype.kind != "f":
+        raise TypeError(f"feed_forward: the input and the weights must be floating point, got "
+                        f"dtypes {x.dtype} and {w1.dtype}; convert the input with "
+                        ".astype(w1.dtype) (token ids go through an embedding first).")
     if w1.ndim != 2 or w2.ndim != 2 or w2.shape[1] != w1.shape[0]:
         raise ValueError(f"feed_forward: W₁ {tuple(w1.shape)} and W₂ {tuple(w2.shape)} must be "
                          "matrices (F, C) and (C_out, F), the second taking the first's F "

@@ -125,7 +125,7 @@ def _stack(stack: Call) -> list[dict]:
                     kind = "self" if c.same_inputs else "cross"
                     items.append(_item(c.name.rsplit(".", 1)[-1], f"{kind}-attention weights",
                                        c.weights, "weights", layer.name, c.masks))
-                elif c.kind == "PositionwiseFeedForward":
+                elif c.kind == "PositionwiseFeedForward" and c.feed_forward_width():
                     items.append(_item("feed_forward", "inner width d_ff",
                                        c.feed_forward_width(), "inner", layer.name))
             items.append(_item("output", "the layer's output", layer.output, "stream",

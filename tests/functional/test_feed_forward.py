@@ -7,7 +7,7 @@ import pytest
 import minitransformer as mt
 from minitransformer import functional as F
 from minitransformer.functional import _blocks, _compiled, _products
-from minitransformer.functional.feed_forward import GROUP_ROWS, _mask_and_sum
+from minitransformer.functional.feed_forward import GROUP_ROWS, FeedForward, _mask_and_sum
 
 RNG = np.random.default_rng(0)
 KERNELS = ["numpy", pytest.param("compiled", marks=pytest.mark.skipif(
@@ -48,7 +48,8 @@ def test_feed_forward_gives_linear_relu_then_linears_numbers(kernels, monkeypatc
     params = weights(12, 40, 12, dtype)
     dout = RNG.standard_normal((3, 70, 12)).astype(dtype)
     fused, apart = run(F.feed_forward, x, params, dout), run(separate, x, params, dout)
-    assert (fused[0] > 0).any() and (apart[0] != 0).all()
+    z = x @ params[0].T + params[1]
+    assert (z > 0).any() and (z <= 0).any()                # the ReLU masks some, not all
     for name, i in (("y", 0), ("dx", 1), ("dW1", 2), ("dW2", 4), ("db2", 5)):
         np.testing.assert_array_equal(fused[i], apart[i], err_msg=name)
     tolerance = dict(rtol=1e-5, atol=1e-5) if dtype == "float32" else dict(rtol=1e-12)
@@ -101,20 +102,66 @@ def test_the_product_blocks_of_dh_begin_at_multiples_of_the_group(monkeypatch):
 
 
 @pytest.mark.parametrize("kernels", KERNELS, indirect=True)
+def test_feed_forward_db1_is_the_same_bits_whatever_the_workers(kernels, monkeypatch):
+    """Through the Function, dh's product cut over 1, 2 or 3 workers (N ≥ F, every product
+    split): db₁ the same bits. dout has one column and W₂ entries ±1 and ±0.5, so dh = dout W₂
+    is exact however BLAS blocks it and only db₁'s order of adding could differ."""
+    monkeypatch.setattr(_blocks, "BLOCK_BYTES", 40 * 4 * 7)
+    monkeypatch.setattr(_products, "MIN_SPLIT_FLOPS", 0)
+    monkeypatch.setattr(_products, "MIN_BLOCK_ROWS", 1)
+    x = RNG.standard_normal((301, 24)).astype(np.float32)
+    w1, b1, _, _ = weights(24, 40, 1, np.float32)
+    w2 = RNG.choice([-1.0, -0.5, 0.5, 1.0], size=(1, 40)).astype(np.float32)
+    b2 = np.zeros(1, np.float32)
+    dout = (RNG.standard_normal((301, 1)) * 2.0 ** RNG.integers(-8, 8, (301, 1))
+            ).astype(np.float32)
+    results = []
+    for workers in (1, 2, 3):
+        monkeypatch.setattr(_blocks, "WORKERS", workers)
+        results.append(run(F.feed_forward, x, [w1, b1, w2, b2], dout))
+    for other in results[1:]:
+        np.testing.assert_array_equal(other[3], results[0][3])          # db₁
+    expected = run(separate, x, [w1, b1, w2, b2], dout)           # sums of terms up to 2⁸
+    np.testing.assert_allclose(results[0][3], expected[3], rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("kernels", KERNELS, indirect=True)
 @pytest.mark.parametrize("wanted", [(False, True, True, True, True),
+                                    (True, True, False, True, True),
                                     (False, False, False, True, True),
                                     (True, False, False, False, False)])
-def test_feed_forward_computes_the_gradients_asked_for(kernels, wanted):
-    """Inputs without a gradient get None, and the others the two Functions' gradients."""
+def test_feed_forward_computes_the_gradients_asked_for_and_no_others(kernels, monkeypatch,
+                                                                     wanted):
+    """backward returns the gradients needs_input_grad asks for (the two Functions' numbers)
+    and None for the others, and makes only the products they need: dW₂ = doutᵀh, dh = dout
+    W₂ when anything below it is wanted, dx = dz W₁ and dW₁ = dzᵀx."""
     x = RNG.standard_normal((50, 6)).astype(np.float32)
     params = weights(6, 10, 6, np.float32)
     dout = RNG.standard_normal((50, 6)).astype(np.float32)
-    fused, apart = run(F.feed_forward, x, params, dout, wanted), run(separate, x, params, dout)
-    for want, got, expected in zip(wanted, fused[1:], apart[1:], strict=True):
+    apart = run(separate, x, params, dout)
+    function = FeedForward()
+    function.needs_input_grad = wanted
+    function.forward(x, *params)
+    products, depth = [], []
+    matmul = _products.matmul
+
+    def counted(a, b, *args, **kwargs):  # the backward's own matrix products, not sums
+        if not depth and a.ndim == 2:
+            products.append((a.shape, b.shape))
+        depth.append(1)
+        try:
+            return matmul(a, b, *args, **kwargs)
+        finally:
+            depth.pop()
+    monkeypatch.setattr(_products, "matmul", counted)
+    got = function.backward(dout)
+    for want, gradient, expected in zip(wanted, got, apart[1:], strict=True):
         if want:
-            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(gradient, expected, rtol=1e-5, atol=1e-5)
         else:
-            assert got is None
+            assert gradient is None
+    below = wanted[0] or wanted[1] or wanted[2]
+    assert len(products) == wanted[3] + below + wanted[0] + wanted[1], products
 
 
 def test_the_feed_forward_module_is_one_function():
