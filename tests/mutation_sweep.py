@@ -35,6 +35,7 @@ RESIDUAL = "minitransformer/functional/residual.py"
 ACTIVATION = "minitransformer/functional/activation.py"
 LOSS = "minitransformer/functional/loss.py"
 LINALG = "minitransformer/functional/linalg.py"
+FEED_FORWARD = "minitransformer/functional/feed_forward.py"
 EMBEDDING = "minitransformer/functional/embedding.py"
 DROPOUT = "minitransformer/functional/dropout.py"
 BASIC = "minitransformer/functional/basic.py"
@@ -211,6 +212,15 @@ MUTANTS = [
     Mutant('dx-times-2', LINALG,
            'dx = _products.matmul(dout2, weight).reshape(self.x_shape)',
            'dx = 2 * _products.matmul(dout2, weight).reshape(self.x_shape)'),
+    Mutant('feed-forward-mask-ge', FEED_FORWARD,
+           'block = xp.multiply(dz[rows], h2[rows] > 0, out=dz[rows])',
+           'block = xp.multiply(dz[rows], h2[rows] >= 0, out=dz[rows])'),
+    Mutant('feed-forward-short-group-one-row-more', FEED_FORWARD,
+           'group_sums[first + whole // G] = block[whole:].sum(axis=0)',
+           'group_sums[first + whole // G] = block[whole - 1:].sum(axis=0)'),
+    Mutant('feed-forward-blocks-not-aligned', FEED_FORWARD,
+           '_products.matmul(d2, w2, out=dz, after=mask, align=GROUP_ROWS)',
+           '_products.matmul(d2, w2, out=dz, after=mask)'),
     Mutant('assign-not-accumulate', EMBEDDING,
            'xp.add.at(dW, ids.reshape(-1), dout.reshape(-1, C))',
            'dW[ids.reshape(-1)] = dout.reshape(-1, C)'),
@@ -320,6 +330,9 @@ MUTANTS = [
     Mutant('compiled-relu-gradient-unmasked', COMPILED,
            'g = dout[i, j] * (one if y[i, j] > zero else zero)',
            'g = dout[i, j]', COMPILED_TESTS),
+    Mutant('compiled-relu-groups-unmasked', COMPILED,
+           'd = row[j] * (one if kept[j] > zero else zero)',
+           'd = row[j]', COMPILED_TESTS),
     Mutant('compiled-scatter-overwrites', COMPILED,
            'target[j] += source[j]',
            'target[j] = source[j]', COMPILED_TESTS),
