@@ -80,14 +80,14 @@ def test_a_run_leaves_best_last_averaged_and_the_last_step_checkpoints(tmp_path)
     assert [v["step"] for v in validations] == [2, 4, 6, 8]
 
 
-def _with_validation_losses(trainer, losses):
+def _with_validation_losses(trainer, losses, key="valid_loss"):
     """The trainer, its validation reporting ``losses[step]`` as the loss at each step (a run
-    that overfits: its best validations come before its last ones)."""
+    that overfits: its best validations come before its last ones), or as ``key``."""
     validate = trainer.validate
 
     def scripted():
         result = validate()
-        result["valid_loss"] = losses[trainer.state["step"]]
+        result[key] = losses[trainer.state["step"]]
         return result
     trainer.validate = scripted
     return trainer
@@ -136,14 +136,7 @@ def test_keep_best_counts_a_step_once_when_a_finished_run_is_resumed(tmp_path):
 
 def _with_validation_bleus(trainer, bleus):
     """The trainer, its validation reporting ``bleus[step]`` as the BLEU at each step."""
-    validate = trainer.validate
-
-    def scripted():
-        result = validate()
-        result["valid_bleu"] = bleus[trainer.state["step"]]
-        return result
-    trainer.validate = scripted
-    return trainer
+    return _with_validation_losses(trainer, bleus, key="valid_bleu")
 
 
 # the BLEU is highest at steps 8 and 10, where the loss (OVERFITTING) is lowest at 4 and 6
