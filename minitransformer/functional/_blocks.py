@@ -242,8 +242,7 @@ def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any,
     tests can set BLOCK_BYTES small and run every kernel in many blocks.) Every slice begins
     at a multiple of ``multiple`` (its rows rounded up to one).
     """
-    block_bytes = BLOCK_BYTES if block_bytes is None else block_bytes
-    rows_per_block = -(-max(1, block_bytes // max(1, row_bytes)) // multiple) * multiple
+    rows_per_block = block_rows(row_bytes, block_bytes, multiple)
     if _cuda.is_cupy(xp):
         kernel(slice(0, n))
         return
@@ -262,6 +261,13 @@ def for_blocks(kernel: Callable[[slice], Any], n: int, row_bytes: int, xp: Any,
         return
     with _single_threaded_blas():
         shared_out(kernel, blocks)                      # re-raises a kernel's error
+
+
+def block_rows(row_bytes: int, block_bytes: int | None = None, multiple: int = 1) -> int:
+    """The rows of one of ``for_blocks``' blocks: about ``block_bytes`` (BLOCK_BYTES) of an
+    array of ``row_bytes`` per row, rounded up to a multiple of ``multiple``."""
+    block_bytes = BLOCK_BYTES if block_bytes is None else block_bytes
+    return -(-max(1, block_bytes // max(1, row_bytes)) // multiple) * multiple
 
 
 MIN_SUM_BYTES = 1 << 20  # smaller sums take NumPy's a + b on the calling thread

@@ -108,7 +108,7 @@ def _with_passes(a: Any, b: Any, out: Any, before: Any, after: Any, align: int,
             _blocks.for_blocks(after, out.shape[0], out.shape[1] * out.itemsize, xp,
                                multiple=align)
         return out
-    cell = max(1, _blocks.BLOCK_BYTES // max(1, a.shape[1] * a.itemsize))  # for_blocks' rows
+    cell = _blocks.block_rows(a.shape[1] * a.itemsize)                 # for_blocks' rows
 
     def block(rows: slice) -> None:
         if before is not None:

@@ -292,7 +292,7 @@ class Trainer:
                                  "when running several processes.")
             self.graphs = GraphedTraining(model, self.optimizer, config.label_smoothing)
         self.state = {"step": 0, "epoch": 0, "batch": 0, "elapsed": 0.0, "tokens": 0,
-                      "best_valid_loss": None, "best_valid_bleu": None, "seed": config.seed,
+                      "best_valid_loss": None, "seed": config.seed,
                       "processes": self.comm.size}
         self._started = time.perf_counter()  # fit() moves it back by a resumed run's time
         self.stop_reason: str | None = None  # set by request_stop, from a signal handler
@@ -595,18 +595,22 @@ class Trainer:
         model, c = self.model, self.config
         smoothed, nll = self._valid_losses()
         result: dict[str, Any] = {"valid_loss": smoothed, "valid_ppl": math.exp(min(nll, 50.0))}
-        n = min(c.bleu_sentences, len(self.data.valid_sources))
-        if n:
-            hypotheses = self._translate_shared(self.data.valid_sources[:n])
-            score = corpus_bleu(hypotheses, self.data.valid_references[:n])
+        if min(c.bleu_sentences, len(self.data.valid_sources)):
+            score, hypotheses = self._bleu(self.comm)
             result.update(valid_bleu=score.score, bleu_signature=score.signature,
                           sample=[self.data.valid_sources[0], hypotheses[0]])
         model.train()
         return result
 
-    def _translate_shared(self, sentences: list[str]) -> list[str]:
+    def _bleu(self, comm: Communicator) -> tuple[Any, list[str]]:
+        """sacreBLEU's score of the greedy translations of the first ``bleu_sentences``
+        validation sentences, and those translations, shared among ``comm``'s processes."""
+        n = min(self.config.bleu_sentences, len(self.data.valid_sources))
+        hypotheses = self._translate_shared(self.data.valid_sources[:n], comm)
+        return corpus_bleu(hypotheses, self.data.valid_references[:n]), hypotheses
+
+    def _translate_shared(self, sentences: list[str], comm: Communicator) -> list[str]:
         """Greedy translations of ``sentences``, process r translating every N-th one."""
-        comm = self.comm
         mine = translate(self.model, self.tokenizer, sentences[comm.rank::comm.size])
         if comm.size == 1:
             return mine
@@ -629,9 +633,8 @@ class Trainer:
         # against best.npz's own figure (a resumed run may select by the other measure now)
         best = state.get("best") or [None, state.get("best_valid_loss"), None]  # (older runs)
         improved = _better(result.get(metric), best[1 if metric == "valid_loss" else 2], higher)
-        for key, key_higher in SELECT_BY.values():  # both bests, whichever selects
-            if _better(result.get(key), state.get(f"best_{key}"), key_higher):
-                state[f"best_{key}"] = result[key]
+        if _better(result["valid_loss"], state["best_valid_loss"], False):  # the run's lowest
+            state["best_valid_loss"] = result["valid_loss"]
         entry = [state["step"], result["valid_loss"], result.get("valid_bleu")]
         if improved:  # best.npz's own figures
             state["best"] = entry
@@ -773,12 +776,10 @@ class Trainer:
         return summary
 
     def _valid_bleu(self) -> float:
-        """BLEU of the model's greedy translations of the first ``bleu_sentences`` validation
-        sentences, on this process alone (``validate``'s, unshared)."""
-        n = min(self.config.bleu_sentences, len(self.data.valid_sources))
-        hypotheses = translate(self.model, self.tokenizer, self.data.valid_sources[:n])
+        """``validate``'s BLEU of the model as it is now, on this process alone."""
+        score = self._bleu(SingleProcess())[0].score
         self.model.train()
-        return corpus_bleu(hypotheses, self.data.valid_references[:n]).score
+        return score
 
 
 def _better(value: float | None, than: float | None, higher: bool) -> bool:
