@@ -30,6 +30,10 @@ Deliberately stricter than CuPy:
   (CuPy accepts them and copies them to the device);
 * ``.data`` and ``.ctypes`` (host memory) are not reachable.
 
+Copied from CuPy where it differs from NumPy: an integer index array out of range wraps round
+(``x[[0, 3]]`` of three rows takes rows 0 and 0, in reading and in writing), where NumPy
+raises IndexError; code that relies on NumPy's error for a device index fails here as on a GPU.
+
 ``host_reads()`` logs every read of device values on the host (``.get()``, ``float(x)``,
 ``bool(x)``, and the nonzero and boolean indexing that CuPy sizes by reading a count): on a
 GPU each one waits for the kernels queued before it, so tests bound how many a step makes.
@@ -43,7 +47,6 @@ from a generator) raises.
 from __future__ import annotations
 
 import contextlib
-import operator
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -51,6 +54,7 @@ from typing import Any
 import numpy
 
 from minitransformer import backend
+from minitransformer.functional.indexing import index_axes
 
 _IMPLICIT = (
     "Implicit conversion to a NumPy array is not allowed. "
@@ -117,6 +121,29 @@ def _value_shaped(func: Any, key: Any = None) -> str | None:
     if any(isinstance(k, StrictArray) and k.dtype == bool for k in keys):
         return "boolean indexing"
     return None
+
+
+def _wrapped_round(key: Any, shape: tuple) -> Any:
+    """An index with its integer arrays taken modulo their axis's size, as CuPy's gather and
+    scatter read them (CuPy wraps an index out of range round; NumPy refuses it)."""
+    parts = key if isinstance(key, tuple) else (key,)
+    wrapped = tuple(
+        part % shape[axis] if (isinstance(part, numpy.ndarray) and part.dtype.kind in "iu"
+                               and axis is not None and axis < len(shape) and shape[axis])
+        else part
+        for part, axis in zip(parts, index_axes(parts, len(shape)), strict=True))
+    return wrapped if isinstance(key, tuple) else wrapped[0]
+
+
+def _getitem(a: numpy.ndarray, key: Any) -> Any:
+    return a[_wrapped_round(key, a.shape)]
+
+
+def _setitem(a: numpy.ndarray, key: Any, value: Any) -> None:
+    a[_wrapped_round(key, a.shape)] = value
+
+
+INDEXING = (_getitem, _setitem)  # x[key] and x[key] = value, as a capture records them
 
 
 def _unsupported(value: Any) -> TypeError:
@@ -293,17 +320,17 @@ class StrictArray:
             _read("boolean indexing: the selected count is read on the host")
         key = _unwrap(key, {})
         if CAPTURE.active is None:
-            return _wrap(self._a[key])
-        return CAPTURE.active.operation(operator.getitem, (self._a, key), {}, _wrap)
+            return _wrap(_getitem(self._a, key))
+        return CAPTURE.active.operation(_getitem, (self._a, key), {}, _wrap)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         if _READ_LOGS and _value_shaped(None, key) is not None:
             _read("boolean indexing: the selected count is read on the host")
         key, value = _unwrap(key, {}), _operand(value)
         if CAPTURE.active is None:
-            self._a[key] = value
+            _setitem(self._a, key, value)
         else:
-            CAPTURE.active.operation(operator.setitem, (self._a, key, value), {}, _wrap)
+            CAPTURE.active.operation(_setitem, (self._a, key, value), {}, _wrap)
 
     # -- Python protocols
     def __len__(self) -> int:

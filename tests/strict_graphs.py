@@ -26,12 +26,11 @@ Allocations (``empty``, ``empty_like``) record nothing: on a GPU they are no ker
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy
-from strict_backend import _VALUE_SHAPED, CAPTURE, StrictArray
+from strict_backend import _VALUE_SHAPED, CAPTURE, INDEXING, StrictArray
 
 from minitransformer.autograd import graphs
 
@@ -109,7 +108,7 @@ class StrictCapture:
     def operation(self, func: Callable[..., Any], args: tuple, kwargs: dict,
                   wrap: Callable[[Any], Any]) -> Any:
         name = getattr(func, "__name__", "")
-        if name in _VALUE_SHAPED or (func in (operator.getitem, operator.setitem) and any(
+        if name in _VALUE_SHAPED or (func in INDEXING and any(
                 a.dtype == bool for a in _ndarrays(args[1]))):  # CuPy counts the mask on the host
             self.refuse(f"{name or 'boolean indexing'}: the result's shape depends on values")
         for array in _ndarrays((args, kwargs, func)):  # keep what existed before, once

@@ -205,11 +205,58 @@ def on_device_of(a: Any, value: Any) -> Any:
     return backend.as_array(value, device=device)
 
 
+def index_axes(parts: tuple, ndim: int) -> list[int | None]:
+    """The axis of an ``ndim``-axis array that each part of an index selects on, as NumPy
+    reads it (None for ``None`` and ``...``; a boolean array's first axis of those it spans)."""
+    spans = [_span(p) for p in parts]
+    axes: list[int | None] = []
+    axis = 0
+    for i, (part, span) in enumerate(zip(parts, spans, strict=True)):
+        if part is Ellipsis:
+            axis = ndim - sum(spans[i + 1:])  # what follows the ellipsis ends at the last axis
+        axes.append(None if span == 0 else axis)
+        axis += span
+    return axes
+
+
+def _span(part: Any) -> int:
+    """How many of the array's axes one part of an index selects on."""
+    if part is None or part is Ellipsis:
+        return 0
+    if isinstance(part, list | tuple):
+        part = backend.get_backend("cpu").xp.asarray(part)
+    return part.ndim if getattr(part, "dtype", None) is not None and part.dtype.kind == "b" else 1
+
+
+def _check_host_rows(shape: tuple, parts: tuple) -> None:
+    """NumPy's IndexError for a host integer index (a list, a tuple, a NumPy array) out of
+    range, checked on the host before it moves to a device: CuPy's gather wraps such an index
+    round (NumPy refuses it) and would take the wrong rows. An index already on the device is
+    not checked: that would read it from the device, waiting for the GPU."""
+    host = backend.get_backend("cpu").xp
+    for part, axis in zip(parts, index_axes(parts, len(shape)), strict=True):
+        if axis is None or not (isinstance(part, list | tuple)
+                                or (backend.is_array(part) and backend.device_of(part) == "cpu")):
+            continue
+        rows = host.asarray(part)
+        if rows.size and rows.dtype.kind in "iu" and axis < len(shape):
+            low, high, n = int(rows.min()), int(rows.max()), shape[axis]
+            if low < -n or high >= n:
+                bad = high if high >= n else low
+                raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
+
+
 def _device_index(a: Any, index: Any) -> Any:
-    """The index with every sequence in it as an array on a's device. Within a tuple index a
-    tuple is a sequence of positions, as NumPy reads it (``a[:, (1, 1)]`` gathers column 1
-    twice), so it becomes an array too: GetItem then sees the gather and adds repeats."""
+    """The index with every sequence in it as an array on a's device, its host integers
+    checked first where that device is not the CPU. Within a tuple index a tuple is a sequence
+    of positions, as NumPy reads it (``a[:, (1, 1)]`` gathers column 1 twice), so it becomes
+    an array too: GetItem then sees the gather and adds repeats."""
     parts = index if isinstance(index, tuple) else (index,)
+    if (a.device if isinstance(a, Tensor) else backend.device_of(a)) != "cpu":
+        try:
+            _check_host_rows(tuple(a.shape), parts)
+        except IndexError as exc:
+            raise IndexError(f"getitem on a tensor of shape {tuple(a.shape)}: {exc}.") from None
     moved = tuple(
         on_device_of(a, p) if isinstance(p, Tensor | list | tuple) or backend.is_array(p) else p
         for p in parts

@@ -150,10 +150,37 @@ def test_getitem_out_of_bounds_names_the_tensor_shape(device, index):
 
 
 def test_getitem_out_of_bounds_index_array_names_the_tensor_shape(device):
-    if device == "cuda":
-        pytest.skip("CuPy does not bounds-check integer index arrays (it wraps around)")
+    """On a GPU too: the host index is checked before it moves there, where CuPy would wrap
+    row 5 round to row 1 (the strict device wraps as CuPy does)."""
     with pytest.raises(IndexError, match=re.escape("getitem on a tensor of shape (2, 3)")):
         x(2, 3)[[0, 5]]
+
+
+@pytest.mark.parametrize("index", [
+    [0, 5], np.array([-3, 1]), (slice(None), [0, 7]), (Ellipsis, [0, 9]), (None, [2, 0]),
+    (0, np.array([[1], [6]])), (np.array([True, False]), [0, 3]), (Ellipsis, 1, [1, -5]),
+], ids=str)
+def test_a_host_index_out_of_range_gets_numpys_error_on_every_device(device, index):
+    """The same axis and size as NumPy names, whichever axis the index array selects on
+    (after slices, an ellipsis, a new axis, an integer or a boolean mask)."""
+    shape = (2, 3, 4)
+    with pytest.raises(IndexError) as numpys:
+        np.zeros(shape)[index]
+    with pytest.raises(IndexError, match=re.escape(f"shape {shape}: {numpys.value}.")):
+        x(*shape)[index]
+
+
+def test_an_index_on_the_device_is_not_read_on_the_host():
+    """A device index is not checked: that would wait for the GPU. The strict device wraps
+    it round, as CuPy does."""
+    from strict_backend import host_reads
+
+    with mt.backend.device("strict"):
+        rows = mt.backend.as_array(np.array([0, 3]), device="strict")
+        with host_reads() as reads:
+            taken = x(3, 2)[rows]
+        assert reads == []
+        assert np.array_equal(taken.numpy()[1], taken.numpy()[0])
 
 
 def test_masked_fill_with_a_non_boolean_mask_is_a_type_error(device):
