@@ -229,12 +229,14 @@ def _span(part: Any) -> int:
 
 
 def _check_host_rows(shape: tuple, parts: tuple) -> None:
-    """NumPy's IndexError for a host integer index (a list, a tuple, a NumPy array) out of
-    range, checked on the host before it moves to a device: CuPy's gather wraps such an index
-    round (NumPy refuses it) and would take the wrong rows. An index already on the device is
-    not checked: that would read it from the device, waiting for the GPU."""
+    """NumPy's IndexError for a host integer index (a list, a tuple, a NumPy array, a Tensor
+    on the CPU) out of range, checked on the host before it moves to a device: CuPy's gather
+    wraps such an index round (NumPy refuses it) and would take the wrong rows. An index
+    already on the device is not checked: that would read it from the device, waiting for
+    the GPU."""
     host = backend.get_backend("cpu").xp
     for part, axis in zip(parts, index_axes(parts, len(shape)), strict=True):
+        part = part.data if isinstance(part, Tensor) else part
         if axis is None or not (isinstance(part, list | tuple)
                                 or (backend.is_array(part) and backend.device_of(part) == "cpu")):
             continue

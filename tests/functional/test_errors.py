@@ -159,13 +159,16 @@ def test_getitem_out_of_bounds_index_array_names_the_tensor_shape(device):
 @pytest.mark.parametrize("index", [
     [0, 5], np.array([-3, 1]), (slice(None), [0, 7]), (Ellipsis, [0, 9]), (None, [2, 0]),
     (0, np.array([[1], [6]])), (np.array([True, False]), [0, 3]), (Ellipsis, 1, [1, -5]),
+    (slice(None), mt.tensor([0, 3], device="cpu")),
 ], ids=str)
 def test_a_host_index_out_of_range_gets_numpys_error_on_every_device(device, index):
     """The same axis and size as NumPy names, whichever axis the index array selects on
     (after slices, an ellipsis, a new axis, an integer or a boolean mask)."""
     shape = (2, 3, 4)
+    parts = index if isinstance(index, tuple) else (index,)
+    as_numpy = tuple(p.numpy() if isinstance(p, mt.Tensor) else p for p in parts)
     with pytest.raises(IndexError) as numpys:
-        np.zeros(shape)[index]
+        np.zeros(shape)[as_numpy if isinstance(index, tuple) else as_numpy[0]]
     with pytest.raises(IndexError, match=re.escape(f"shape {shape}: {numpys.value}.")):
         x(*shape)[index]
 
