@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .. import backend
@@ -221,7 +222,7 @@ def index_axes(parts: tuple, ndim: int) -> list[int | None]:
 
 def _span(part: Any) -> int:
     """How many of the array's axes one part of an index selects on."""
-    if part is None or part is Ellipsis:
+    if part is None or part is Ellipsis or isinstance(part, bool):  # True: a new axis
         return 0
     if isinstance(part, list | tuple):
         part = backend.get_backend("cpu").xp.asarray(part)
@@ -235,17 +236,40 @@ def _check_host_rows(shape: tuple, parts: tuple) -> None:
     already on the device is not checked: that would read it from the device, waiting for
     the GPU."""
     host = backend.get_backend("cpu").xp
+    checked, gathers = [], []  # the integers to check; the shapes of the gathering arrays
     for part, axis in zip(parts, index_axes(parts, len(shape)), strict=True):
         part = part.data if isinstance(part, Tensor) else part
-        if axis is None or not (isinstance(part, list | tuple)
-                                or (backend.is_array(part) and backend.device_of(part) == "cpu")):
+        if axis is None or axis >= len(shape):
+            continue
+        if backend.is_array(part) and backend.device_of(part) != "cpu":  # not read
+            gathers.append(part.shape if part.dtype.kind != "b" else None)
+            continue
+        if not (isinstance(part, list | tuple | int) and not isinstance(part, bool)
+                or backend.is_array(part)):
             continue
         rows = host.asarray(part)
-        if rows.size and rows.dtype.kind in "iu" and axis < len(shape):
-            low, high, n = int(rows.min()), int(rows.max()), shape[axis]
-            if low < -n or high >= n:
-                bad = high if high >= n else low
-                raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
+        if rows.dtype.kind in "iu":
+            checked.append((rows.ndim > 0, axis, rows))
+            if rows.ndim:
+                gathers.append(rows.shape)
+        elif rows.dtype.kind == "b":
+            if rows.shape != tuple(shape[axis:axis + rows.ndim]):
+                return  # a mask of the wrong size: refused by the device, as NumPy does first
+            gathers.append((int(rows.sum()),))  # as rows.ndim arrays of its positions
+        elif rows.size or not isinstance(part, list | tuple):
+            return  # not an index: refused by the device, as NumPy does first
+    try:  # NumPy's order: integers, then whether the arrays broadcast, then the arrays
+        gathered = math.prod(host.broadcast_shapes(*(g for g in gathers if g is not None)))
+    except ValueError:
+        gathered = 0  # the device's own indexing refuses them (after any integer)
+    for is_array, axis, rows in sorted(checked, key=lambda c: c[:2]):
+        if is_array and not gathered:  # (NumPy reads no array that gathers nothing)
+            return
+        n = shape[axis]
+        outside = (rows < -n) | (rows >= n)
+        if outside.any():  # the first in reading order, as NumPy names it
+            bad = rows.reshape(-1)[int(outside.argmax())]
+            raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
 
 
 def _device_index(a: Any, index: Any) -> Any:
