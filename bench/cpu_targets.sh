@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Every run behind the CPU targets of docs/benchmarks.md, on this machine, in one go, from the
+# repository root (about 40 minutes on 2 cores; 45 more with --multi30k):
+#
+#     bash bench/cpu_targets.sh [--multi30k] [--data DIR]
+#     bash bench/cpu_targets.sh --quick [--multi30k]   # a smoke run of each, into a temporary folder
+#
+# 1. the machine: processor, the OPENBLAS_* environment, numpy.show_runtime(), and
+#    bench/blas_kernels.py (OpenBLAS's own kernels against those OPENBLAS_CORETYPE names);
+# 2. with --multi30k, the 45-minute recipe (bench/multi30k.py), so that decoding below
+#    translates with its trained model (else with the last model of bench/results/
+#    multi30k.<kind>/ if there is one, else random weights);
+# 3. compare_torch.py --only training memory --configs small: training against PyTorch eager,
+#    the step against its matmul floor, a step's memory;
+# 4. compare_torch.py --only decoding: greedy and beam 4 in translate's batches;
+# 5. shared_cores.py: `train` alone, beside a busy process, and on one thread beside it.
+#
+# Every run uses OpenBLAS's own kernels (OPENBLAS_CORETYPE unset); where the environment sets
+# OPENBLAS_CORETYPE, training and decoding run once more with it, as a user of this machine
+# would meet them. Results are named as the committed ones, after the machine kind and the
+# commit: bench/results/<bench>.<kind>-<commit>.openblas-own.<part>.{json,md} (openblas-<core
+# type, lower case> for the second runs); the logs go to bench/results/cpu_targets.<kind>-
+# <commit>.log. Nothing is committed: read the tables, then add the files you keep.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+multi30k=0 quick=0
+data=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --multi30k) multi30k=1 ;;
+        --quick) quick=1 ;;
+        --data) data=(--data "$2"); shift ;;
+        *) echo "usage: bash bench/cpu_targets.sh [--quick] [--multi30k] [--data DIR]" >&2
+           exit 2 ;;
+    esac
+    shift
+done
+python=${PYTHON:-python3}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+kind=$(cd bench && "$python" -c "from machine import kind; print(kind())")
+commit=$(git rev-parse --short HEAD)
+name="$kind-$commit"
+results=bench/results
+blas=() minutes=() compare=() shared=()
+if [ "$quick" -eq 1 ]; then
+    results=$(mktemp -d) blas=(--rounds 1 --lengths 16 --repeats 1) minutes=(--minutes 0.5)
+    compare=(--quick) shared=(--steps 20 --repeats 1)
+fi
+log="$results/cpu_targets.$name.log"
+coretype=${OPENBLAS_CORETYPE:-}
+own=(env -u OPENBLAS_CORETYPE)
+status=0
+run() {  # run LABEL COMMAND...: echo, run, keep going on failure
+    echo "== $1" | tee -a "$log"
+    shift
+    "$@" 2>&1 | tee -a "$log"
+    local rc=${PIPESTATUS[0]}
+    [ "$rc" -eq 0 ] || { echo "exit status $rc" | tee -a "$log"; status=1; }
+}
+
+{
+    grep -m1 "model name" /proc/cpuinfo
+    echo "cores: $(nproc)"
+    env | grep '^OPENBLAS' || echo "no OPENBLAS_* variable set"
+    "$python" -c "import numpy; numpy.show_runtime()"
+} 2>&1 | tee "$log"
+run "blas_kernels" "$python" bench/blas_kernels.py "${blas[@]}" \
+    --output "$results/blas_kernels.$name.json"
+
+checkpoint=()
+if [ "$multi30k" -eq 1 ]; then
+    out="$results/multi30k.$name.openblas-own"
+    run "multi30k (45 minutes)" "${own[@]}" "$python" bench/multi30k.py --out "$out" \
+        "${minutes[@]}" "${data[@]}"
+    checkpoint=(--checkpoint "$out/checkpoints/last.npz")
+fi
+
+for variant in own "$coretype"; do
+    [ -n "$variant" ] || continue
+    if [ "$variant" = own ]; then
+        prefix=("${own[@]}") suffix=openblas-own
+    else
+        prefix=(env "OPENBLAS_CORETYPE=$variant") suffix="openblas-${variant,,}"
+    fi
+    run "training and memory, $suffix" "${prefix[@]}" "$python" bench/compare_torch.py \
+        --only training memory --configs small "${compare[@]}" \
+        --output "$results/compare_torch.$name.$suffix.training-memory-small.json"
+    run "decoding, $suffix" "${prefix[@]}" "$python" bench/compare_torch.py --only decoding \
+        "${compare[@]}" "${checkpoint[@]}" "${data[@]}" \
+        --output "$results/compare_torch.$name.$suffix.decoding.json"
+done
+run "shared cores" "${own[@]}" "$python" bench/shared_cores.py "${shared[@]}" \
+    --output "$results/shared_cores.$name.openblas-own.json"
+echo "cpu_targets: done, exit status $status; log in $log" | tee -a "$log"
+exit "$status"
