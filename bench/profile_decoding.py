@@ -1,13 +1,14 @@
 """Where a decoding run's host time goes: cProfile of greedy or beam search, after warm-up.
 
     python bench/profile_decoding.py                           # beam 4 on the CPU
-    python bench/profile_decoding.py --device cuda --graphs    # with decoding graphs kept
+    python bench/profile_decoding.py --device cuda --cuda-graphs   # with decoding graphs kept
 
 The random-weight `small` model and random sources of compare_torch.py's decoding (so every
 sentence runs to its limit), in batches of --batch; two untimed runs (kernels compiled,
 graphs captured), one timed run, then one profiled run, whose functions are printed by their
 own time and by their cumulative time. On a GPU the host's waits for the device fall in the
 function that reads a device value (its own time), not in the kernels that made it wait.
+It needs PyTorch, as the sources are compare_torch.py's.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--search", choices=["beam", "greedy"], default="beam")
     p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--graphs", action="store_true", help="decode with one DecodingGraphs "
+    p.add_argument("--cuda-graphs", action="store_true", help="decode with one DecodingGraphs "
                    "kept across the runs (GPU only)")
     p.add_argument("--sentences", type=int, default=256)
     p.add_argument("--batch", type=int, default=128)
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
         checkpoint="", data="", device=args.device, vocab_size=args.vocab_size,
         sentences=args.sentences))
     batches = [mt.backend.to_device(b, args.device) for b in padded_batches(sources, args.batch)]
-    graphs = DecodingGraphs(model, max_shapes=len(batches)) if args.graphs else None
+    graphs = DecodingGraphs(model, max_shapes=len(batches)) if args.cuda_graphs else None
 
     def run() -> None:
         for src in batches:

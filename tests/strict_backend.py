@@ -30,9 +30,10 @@ Deliberately stricter than CuPy:
   (CuPy accepts them and copies them to the device);
 * ``.data`` and ``.ctypes`` (host memory) are not reachable.
 
-Copied from CuPy where it differs from NumPy: an integer index array out of range wraps round
-(``x[[0, 3]]`` of three rows takes rows 0 and 0, in reading and in writing), where NumPy
-raises IndexError; code that relies on NumPy's error for a device index fails here as on a GPU.
+Copied from CuPy where it differs from NumPy: an integer index array (or list) out of range
+wraps round (``x[[0, 3]]`` of three rows takes rows 0 and 0), in reading, writing, ``take``,
+``take_along_axis``, ``put`` and ``ufunc.at``, where NumPy raises IndexError; code that relies
+on NumPy's error for a device index fails here as on a GPU.
 
 ``host_reads()`` logs every read of device values on the host (``.get()``, ``float(x)``,
 ``bool(x)``, and the nonzero and boolean indexing that CuPy sizes by reading a count): on a
@@ -54,7 +55,6 @@ from typing import Any
 import numpy
 
 from minitransformer import backend
-from minitransformer.functional.indexing import index_axes
 
 _IMPLICIT = (
     "Implicit conversion to a NumPy array is not allowed. "
@@ -124,15 +124,28 @@ def _value_shaped(func: Any, key: Any = None) -> str | None:
 
 
 def _wrapped_round(key: Any, shape: tuple) -> Any:
-    """An index with its integer arrays taken modulo their axis's size, as CuPy's gather and
-    scatter read them (CuPy wraps an index out of range round; NumPy refuses it)."""
-    parts = key if isinstance(key, tuple) else (key,)
-    wrapped = tuple(
-        part % shape[axis] if (isinstance(part, numpy.ndarray) and part.dtype.kind in "iu"
-                               and axis is not None and axis < len(shape) and shape[axis])
-        else part
-        for part, axis in zip(parts, index_axes(parts, len(shape)), strict=True))
-    return wrapped if isinstance(key, tuple) else wrapped[0]
+    """An index with its integer arrays (lists too, which CuPy turns into arrays) taken modulo
+    their axis's size, as CuPy's gathers and scatters read them: CuPy wraps an index out of
+    range round, NumPy refuses it. The axes are walked here, apart from the library's own
+    reading of an index, which the tests hold to NumPy's: after an ellipsis, the parts that
+    follow take the last axes."""
+    parts = [numpy.asarray(p) if isinstance(p, list) else p
+             for p in (key if isinstance(key, tuple) else (key,))]
+
+    def span(part: Any) -> int:
+        if part is None or part is Ellipsis or isinstance(part, bool):
+            return 0
+        return part.ndim if isinstance(part, numpy.ndarray) and part.dtype == bool else 1
+    wrapped, axis = [], 0
+    for i, part in enumerate(parts):
+        if part is Ellipsis:
+            axis = len(shape) - sum(span(p) for p in parts[i + 1:])
+        elif (isinstance(part, numpy.ndarray) and part.dtype.kind in "iu"
+              and 0 <= axis < len(shape) and shape[axis]):
+            part = part % shape[axis]
+        wrapped.append(part)
+        axis += span(part)
+    return tuple(wrapped) if isinstance(key, tuple) else wrapped[0]
 
 
 def _getitem(a: numpy.ndarray, key: Any) -> Any:
@@ -144,6 +157,31 @@ def _setitem(a: numpy.ndarray, key: Any, value: Any) -> None:
 
 
 INDEXING = (_getitem, _setitem)  # x[key] and x[key] = value, as a capture records them
+
+
+def _take(a: numpy.ndarray, indices: Any, axis: int | None = None, out: Any = None) -> Any:
+    """``cupy.take``: indices out of range wrap round."""
+    return numpy.take(a, indices, axis=axis, out=out, mode="wrap")
+
+
+def _take_along_axis(arr: numpy.ndarray, indices: Any, axis: int | None = -1) -> Any:
+    """``cupy.take_along_axis`` (fancy indexing underneath): indices out of range wrap round."""
+    n = arr.size if axis is None else arr.shape[axis]
+    return numpy.take_along_axis(arr, indices % n if n else indices, axis)
+
+
+def _put(a: numpy.ndarray, indices: Any, values: Any, mode: str = "wrap") -> None:
+    """``cupy.put``: wrapping by default."""
+    numpy.put(a, indices, values, mode=mode)
+
+
+def _ufunc_at(ufunc: numpy.ufunc) -> Callable[..., None]:
+    """``ufunc.at`` as CuPy's scatter runs it: indices out of range wrap round."""
+    def at(a: numpy.ndarray, indices: Any, b: Any = None) -> None:
+        key = _wrapped_round(indices, a.shape)
+        ufunc.at(a, key) if b is None else ufunc.at(a, key, b)
+    at.__name__ = f"{ufunc.__name__}.at"
+    return at
 
 
 def _unsupported(value: Any) -> TypeError:
@@ -228,6 +266,8 @@ class StrictFunction:
     def __getattr__(self, name: str) -> Any:
         if name in StrictFunction.__slots__:
             raise AttributeError(name)
+        if name == "at" and isinstance(self._func, numpy.ufunc):
+            return StrictFunction(_ufunc_at(self._func))
         return _wrap_attribute(getattr(self._func, name))
 
     def __repr__(self) -> str:
@@ -286,7 +326,8 @@ class StrictArray:
         )
 
     def __array_ufunc__(self, ufunc: numpy.ufunc, method: str, *inputs: Any, **kwargs: Any):
-        return _call(getattr(ufunc, method), inputs, kwargs)
+        return _call(_ufunc_at(ufunc) if method == "at" else getattr(ufunc, method), inputs,
+                     kwargs)
 
     # -- attributes and methods of the wrapped array
     @property
@@ -466,6 +507,9 @@ strict_xp = StrictModule(
         "asarray": StrictFunction(numpy.asarray, allow_host=True),
         "array": StrictFunction(numpy.array, allow_host=True),
         "asnumpy": _asnumpy,
+        "take": StrictFunction(_take),
+        "take_along_axis": StrictFunction(_take_along_axis),
+        "put": StrictFunction(_put),
         "get_array_module": _get_array_module,
         "random": StrictModule(numpy.random, {"default_rng": StrictGenerator}),
     },

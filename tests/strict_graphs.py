@@ -110,7 +110,8 @@ class StrictCapture:
         name = getattr(func, "__name__", "")
         if name in _VALUE_SHAPED or (func in INDEXING and any(
                 a.dtype == bool for a in _ndarrays(args[1]))):  # CuPy counts the mask on the host
-            self.refuse(f"{name or 'boolean indexing'}: the result's shape depends on values")
+            what = "boolean indexing" if func in INDEXING else name
+            self.refuse(f"{what}: the result's shape depends on values")
         for array in _ndarrays((args, kwargs, func)):  # keep what existed before, once
             root = _root(array)
             if id(root) not in self.made and id(root) not in self.saved:

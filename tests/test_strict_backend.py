@@ -37,3 +37,31 @@ def test_results_stay_strict_and_explicit_transfer_works():
     assert isinstance(strict_xp.exp(x), StrictArray)
     np.testing.assert_allclose(x.get(), [[1.0, 2.0], [3.0, 4.0]])
     assert float(x.sum()) == 10.0
+
+
+def ids(values):
+    return strict_xp.asarray(np.asarray(values))
+
+
+@pytest.mark.parametrize("gather", [
+    pytest.param(lambda x, i: x[i], id="x[i]"),
+    pytest.param(lambda x, i: x[[0, 3, -1]], id="a list, which CuPy makes an array"),
+    pytest.param(lambda x, i: x[..., i], id="after an ellipsis"),
+    pytest.param(lambda x, i: x[None, i][0], id="after a new axis"),
+    pytest.param(lambda x, i: strict_xp.take(x, i), id="take"),
+    pytest.param(lambda x, i: strict_xp.take_along_axis(x, i, axis=0), id="take_along_axis"),
+])
+def test_an_index_out_of_range_wraps_round_as_on_cupy(gather):
+    """CuPy's gathers wrap an integer index round where NumPy refuses it: the stand-in too, so
+    code that counts on NumPy's IndexError for a device index fails here as on a GPU. Rows
+    0, 3 and -1 of three are rows 0, 0 and 2."""
+    taken = gather(strict([0.0, 1.0, 2.0]), ids([0, 3, -1]))
+    np.testing.assert_array_equal(taken.get(), [0.0, 0.0, 2.0])
+
+
+def test_an_index_out_of_range_wraps_round_in_writes_as_on_cupy():
+    x = strict([0.0, 0.0, 0.0])
+    x[ids([4])] = 5.0                                 # row 4 of 3 is row 1
+    strict_xp.add.at(x, ids([3, 3]), 1.0)             # row 3 is row 0, twice
+    strict_xp.put(x, ids([5]), 7.0)                   # row 5 is row 2
+    np.testing.assert_array_equal(x.get(), [2.0, 5.0, 7.0])

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from .. import backend
@@ -20,6 +19,7 @@ from ..autograd.tensor import Tensor
 from . import _packed
 from ._blocks import for_blocks
 from ._broadcast import broadcast_shapes, match_float_dtypes, sum_to
+from ._host_index import check_host_index, has_host_part
 
 
 class GetItem(Function):
@@ -206,88 +206,29 @@ def on_device_of(a: Any, value: Any) -> Any:
     return backend.as_array(value, device=device)
 
 
-def index_axes(parts: tuple, ndim: int) -> list[int | None]:
-    """The axis of an ``ndim``-axis array that each part of an index selects on, as NumPy
-    reads it (None for ``None`` and ``...``; a boolean array's first axis of those it spans)."""
-    spans = [_span(p) for p in parts]
-    axes: list[int | None] = []
-    axis = 0
-    for i, (part, span) in enumerate(zip(parts, spans, strict=True)):
-        if part is Ellipsis:
-            axis = ndim - sum(spans[i + 1:])  # what follows the ellipsis ends at the last axis
-        axes.append(None if span == 0 else axis)
-        axis += span
-    return axes
-
-
-def _span(part: Any) -> int:
-    """How many of the array's axes one part of an index selects on."""
-    if part is None or part is Ellipsis or isinstance(part, bool):  # True: a new axis
-        return 0
-    if isinstance(part, list | tuple):
-        part = backend.get_backend("cpu").xp.asarray(part)
-    return part.ndim if getattr(part, "dtype", None) is not None and part.dtype.kind == "b" else 1
-
-
-def _check_host_rows(shape: tuple, parts: tuple) -> None:
-    """NumPy's IndexError for a host integer index (a list, a tuple, a NumPy array, a Tensor
-    on the CPU) out of range, checked on the host before it moves to a device: CuPy's gather
-    wraps such an index round (NumPy refuses it) and would take the wrong rows. An index
-    already on the device is not checked: that would read it from the device, waiting for
-    the GPU."""
-    host = backend.get_backend("cpu").xp
-    checked, gathers = [], []  # the integers to check; the shapes of the gathering arrays
-    for part, axis in zip(parts, index_axes(parts, len(shape)), strict=True):
-        part = part.data if isinstance(part, Tensor) else part
-        if axis is None or axis >= len(shape):
-            continue
-        if backend.is_array(part) and backend.device_of(part) != "cpu":  # not read
-            gathers.append(part.shape if part.dtype.kind != "b" else None)
-            continue
-        if not (isinstance(part, list | tuple | int) and not isinstance(part, bool)
-                or backend.is_array(part)):
-            continue
-        rows = host.asarray(part)
-        if rows.dtype.kind in "iu":
-            checked.append((rows.ndim > 0, axis, rows))
-            if rows.ndim:
-                gathers.append(rows.shape)
-        elif rows.dtype.kind == "b":
-            if rows.shape != tuple(shape[axis:axis + rows.ndim]):
-                return  # a mask of the wrong size: refused by the device, as NumPy does first
-            gathers.append((int(rows.sum()),))  # as rows.ndim arrays of its positions
-        elif rows.size or not isinstance(part, list | tuple):
-            return  # not an index: refused by the device, as NumPy does first
-    try:  # NumPy's order: integers, then whether the arrays broadcast, then the arrays
-        gathered = math.prod(host.broadcast_shapes(*(g for g in gathers if g is not None)))
-    except ValueError:
-        gathered = 0  # the device's own indexing refuses them (after any integer)
-    for is_array, axis, rows in sorted(checked, key=lambda c: c[:2]):
-        if is_array and not gathered:  # (NumPy reads no array that gathers nothing)
-            return
-        n = shape[axis]
-        outside = (rows < -n) | (rows >= n)
-        if outside.any():  # the first in reading order, as NumPy names it
-            bad = rows.reshape(-1)[int(outside.argmax())]
-            raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
-
-
 def _device_index(a: Any, index: Any) -> Any:
-    """The index with every sequence in it as an array on a's device, its host integers
-    checked first where that device is not the CPU. Within a tuple index a tuple is a sequence
-    of positions, as NumPy reads it (``a[:, (1, 1)]`` gathers column 1 twice), so it becomes
-    an array too: GetItem then sees the gather and adds repeats."""
+    """The index with every sequence in it as an array on a's device, its host positions
+    checked first where that device is not the CPU (``_host_index.py``). Within a tuple index
+    a tuple is a sequence of positions, as NumPy reads it (``a[:, (1, 1)]`` gathers column 1
+    twice), so it becomes an array too: GetItem then sees the gather and adds repeats."""
     parts = index if isinstance(index, tuple) else (index,)
-    if (a.device if isinstance(a, Tensor) else backend.device_of(a)) != "cpu":
+    if (a.device if isinstance(a, Tensor) else backend.device_of(a)) != "cpu" \
+            and has_host_part(index):  # a GPU would wrap a position out of range round
         try:
-            _check_host_rows(tuple(a.shape), parts)
+            check_host_index(tuple(a.shape), index)
         except IndexError as exc:
             raise IndexError(f"getitem on a tensor of shape {tuple(a.shape)}: {exc}.") from None
+    host = backend.get_backend("cpu").xp
     moved = tuple(
-        on_device_of(a, p) if isinstance(p, Tensor | list | tuple) or backend.is_array(p) else p
-        for p in parts
+        on_device_of(a, host.zeros(0, dtype=host.intp) if _empty_sequence(p) else p)
+        if isinstance(p, Tensor | list | tuple) or backend.is_array(p) else p
+        for p in parts  # ([] is no positions, as NumPy reads it, not an empty float array)
     )
     return moved if isinstance(index, tuple) else moved[0]
+
+
+def _empty_sequence(part: Any) -> bool:
+    return isinstance(part, list | tuple) and len(part) == 0
 
 
 def getitem(a, index): return GetItem(_device_index(a, index))(a)

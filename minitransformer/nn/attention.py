@@ -20,6 +20,7 @@ from .. import functional as F
 from ..autograd.grad_mode import is_grad_enabled
 from ..autograd.tensor import Tensor
 from ..functional import _compiled
+from ..functional._host_index import check_rows
 from ..functional._layout import laid_out
 from .layers import Linear, check_sizes
 from .module import Module
@@ -136,6 +137,7 @@ class KVCache:
         only those few. The cache owns its arrays (its buffers, or each step's new arrays),
         so this writes in place; sources at or beyond n, targets below it."""
         if self.k is not None:
+            check_rows("KVCache.move_rows", self.k.data, sources, targets)
             for array in (self.k.data, self.v.data):
                 array[targets] = array[sources]
             self.k, self.v = self.k[:n], self.v[:n]

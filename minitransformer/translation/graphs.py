@@ -61,6 +61,7 @@ from .. import backend
 from .. import functional as F
 from ..autograd.graphs import GraphCache
 from ..autograd.tensor import Tensor
+from ..functional._host_index import check_rows
 from ..nn.decoder import SAME
 
 
@@ -253,6 +254,9 @@ class DecodingGraphs:
             raise ValueError(f"decoding step {cache.length + 1} is past the cache's "
                              f"{cache.state.capacity} positions; give new_cache the limit.")
         state, n = cache.state, ids.shape[0]
+        if not (backend.is_array(ids) and backend.device_of(ids) == self.device):
+            # a replay checks nothing, and the device's gather would wrap an id round
+            _check_ids(backend.to_numpy(ids), self.model.config.tgt_vocab_size, "target")
         state.ids[:n] = backend.as_array(ids, device=self.device)
         state.set_mask(src_mask)
         state.position.fill(cache.length)
@@ -344,6 +348,9 @@ class StaticCache:
         ``cross_index`` of the cross-attention ones (the same by default, None for none)
         into their first rows."""
         cross_index = index if cross_index is SAME else cross_index
+        check_rows("StaticCache.reorder", self.layers[0][0].k_buf, index)
+        if cross_index is not None:
+            check_rows("StaticCache.reorder (cross_index)", self.layers[0][1].k_buf, cross_index)
         for self_slots, cross_slots in self.layers:
             self_slots.reorder(index, self.length)
             if cross_index is not None:
@@ -352,6 +359,7 @@ class StaticCache:
     def move_rows(self, sources: Any, targets: Any, n: int) -> None:
         """Rows ``sources`` of every buffer onto rows ``targets`` (the self-attention ones for
         the positions written so far): the first n rows are then the batch's."""
+        check_rows("StaticCache.move_rows", self.layers[0][0].k_buf, sources, targets)
         for self_slots, cross_slots in self.layers:
             for buffer in (self_slots.k_buf, self_slots.v_buf):
                 buffer[targets, :, :self.length] = buffer[sources, :, :self.length]

@@ -306,6 +306,19 @@ def test_a_waiting_reorder_of_rows_out_of_range_is_refused(device, compiled):
         model.decode(tgt[:, 2:], memory, src_mask, cache)
 
 
+def test_cache_move_rows_refuses_host_rows_out_of_range(device):
+    """On a device too, where the scatter would wrap row 5 of 2 round to row 1."""
+    model = small_model()
+    src, tgt = ids([[5, 3, 7], [4, 8, 1]]), ids([[1, 4, 6], [1, 9, 5]])
+    src_mask = model.source_mask(src)
+    memory = model.encode(src, src_mask)
+    cache = model.new_cache()
+    with mt.no_grad():
+        model.decode(tgt[:, :2], memory, src_mask, cache)
+    with pytest.raises(IndexError, match="index 5 is out of bounds for axis 0 with size 2"):
+        cache.move_rows(np.array([5]), np.array([0]), 1)
+
+
 def test_cache_move_rows_keeps_the_rows_going_as_reorder_would(device):
     """Greedy decoding drops finished sentences with move_rows: rows 3 and 4 (still going)
     onto rows 0 and 2 (finished), then the first three rows, the same cache as reorder with

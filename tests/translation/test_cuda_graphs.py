@@ -451,6 +451,28 @@ def test_a_cached_decoding_step_replays_after_the_weights_change(model_and_sourc
     assert decoding.summary()["replayed"] > 0
 
 
+def test_a_replayed_decoding_step_refuses_host_ids_out_of_the_vocabulary(model_and_sources):
+    """A replay checks nothing and a GPU's gather wraps an id round, so host ids are checked
+    before they are copied in; and the fixed-shape cache refuses host rows out of range."""
+    model, sources, tokenizer = model_and_sources
+    decoding = DecodingGraphs(model)
+    src = backend.as_array(sources)
+    src_mask = model.source_mask(src)
+    memory = model.encode(src, src_mask)
+    cache = decoding.new_cache(memory, src_mask, beams=1, limit=7)
+    V = model.config.tgt_vocab_size
+    ids = np.full((3, 1), tokenizer.bos_id)
+    for _ in range(3):  # the first step runs eagerly, the third is captured, then replayed
+        decoding.decode(ids, memory, src_mask, cache)
+    with pytest.raises(ValueError, match=f"target token ids must lie in 0..{V - 1}"):
+        decoding.decode(np.full((3, 1), V), memory, src_mask, cache)
+    rows = cache.layers[0][0].k_buf.shape[0]
+    with pytest.raises(IndexError, match=f"StaticCache.reorder: index {rows} is out of bounds"):
+        cache.reorder(np.array([0, rows]))
+    with pytest.raises(IndexError, match="StaticCache.move_rows: index -9"):
+        cache.move_rows(np.array([-9]), np.array([0]), 1)
+
+
 # ----------------------------------------------------------------------------- the stand-in
 
 @pytest.mark.parametrize("what, read", [
