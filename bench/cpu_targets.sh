@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Every run behind the CPU targets of docs/benchmarks.md, on this machine, in one go, from the
-# repository root (about 40 minutes on 2 cores; 45 more with --multi30k):
+# repository root (each part's start is logged; on the 2-core EPYC the machine, BLAS-kernel and
+# training parts took 10 minutes, and the recipe takes 45):
 #
-#     bash bench/cpu_targets.sh [--multi30k] [--data DIR]
+#     bash bench/cpu_targets.sh [--multi30k | --checkpoint C] [--data DIR]
 #     bash bench/cpu_targets.sh --quick [--multi30k]   # a smoke run of each, into a temporary folder
 #
 # 1. the machine: processor, the OPENBLAS_* environment, numpy.show_runtime(), and
 #    bench/blas_kernels.py (OpenBLAS's own kernels against those OPENBLAS_CORETYPE names);
-# 2. with --multi30k, the 45-minute recipe (bench/multi30k.py), so that decoding below
-#    translates with its trained model (else with the last model of bench/results/
-#    multi30k.<kind>/ if there is one, else random weights);
+# 2. a trained model for decoding, as every committed decoding run used (with random weights
+#    every sentence runs to its limit, and decoding without the cache takes hours): with
+#    --multi30k the 45-minute recipe (bench/multi30k.py), kept with the results; with
+#    --checkpoint C that checkpoint; else the recipe for 12 minutes into a temporary folder;
 # 3. compare_torch.py --only training memory --configs small: training against PyTorch eager,
 #    the step against its matmul floor, a step's memory;
 # 4. compare_torch.py --only decoding: greedy and beam 4 in translate's batches;
@@ -24,13 +26,15 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 multi30k=0 quick=0
-data=()
+data=() checkpoint=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --multi30k) multi30k=1 ;;
         --quick) quick=1 ;;
         --data) data=(--data "$2"); shift ;;
-        *) echo "usage: bash bench/cpu_targets.sh [--quick] [--multi30k] [--data DIR]" >&2
+        --checkpoint) checkpoint=(--checkpoint "$2"); shift ;;
+        *) echo "usage: bash bench/cpu_targets.sh [--quick] [--multi30k | --checkpoint C]" \
+                "[--data DIR]" >&2
            exit 2 ;;
     esac
     shift
@@ -41,7 +45,7 @@ kind=$(cd bench && "$python" -c "from machine import kind; print(kind())")
 commit=$(git rev-parse --short HEAD)
 name="$kind-$commit"
 results=bench/results
-blas=() minutes=() compare=() shared=()
+blas=() minutes=(--minutes 12) compare=() shared=()
 if [ "$quick" -eq 1 ]; then
     results=$(mktemp -d) blas=(--rounds 1 --lengths 16 --repeats 1) minutes=(--minutes 0.5)
     compare=(--quick) shared=(--steps 20 --repeats 1)
@@ -51,7 +55,7 @@ coretype=${OPENBLAS_CORETYPE:-}
 own=(env -u OPENBLAS_CORETYPE)
 status=0
 run() {  # run LABEL COMMAND...: echo, run, keep going on failure
-    echo "== $1" | tee -a "$log"
+    echo "== $1 ($(date +%T))" | tee -a "$log"
     shift
     "$@" 2>&1 | tee -a "$log"
     local rc=${PIPESTATUS[0]}
@@ -67,12 +71,17 @@ run() {  # run LABEL COMMAND...: echo, run, keep going on failure
 run "blas_kernels" "$python" bench/blas_kernels.py "${blas[@]}" \
     --output "$results/blas_kernels.$name.json"
 
-checkpoint=()
 if [ "$multi30k" -eq 1 ]; then
     out="$results/multi30k.$name.openblas-own"
-    run "multi30k (45 minutes)" "${own[@]}" "$python" bench/multi30k.py --out "$out" \
-        "${minutes[@]}" "${data[@]}"
+    [ "$quick" -eq 1 ] || minutes=()
+    run "multi30k" "${own[@]}" "$python" bench/multi30k.py --out "$out" "${minutes[@]}" \
+        "${data[@]}"
     checkpoint=(--checkpoint "$out/checkpoints/last.npz")
+elif [ ${#checkpoint[@]} -eq 0 ]; then
+    out=$(mktemp -d)
+    run "multi30k, a model for decoding" "${own[@]}" "$python" bench/multi30k.py \
+        --out "$out/model" "${minutes[@]}" "${data[@]}"
+    checkpoint=(--checkpoint "$out/model/checkpoints/last.npz")
 fi
 
 for variant in own "$coretype"; do
