@@ -129,11 +129,11 @@ def _wrapped_round(key: Any, shape: tuple) -> Any:
     range round, NumPy refuses it. The axes are walked here, apart from the library's own
     reading of an index, which the tests hold to NumPy's: after an ellipsis, the parts that
     follow take the last axes."""
-    parts = [numpy.asarray(p) if isinstance(p, list) else p
+    parts = [_as_positions(p) if isinstance(p, list | tuple) else p
              for p in (key if isinstance(key, tuple) else (key,))]
 
     def span(part: Any) -> int:
-        if part is None or part is Ellipsis or isinstance(part, bool):
+        if part is None or part is Ellipsis or isinstance(part, bool | numpy.bool_):
             return 0
         return part.ndim if isinstance(part, numpy.ndarray) and part.dtype == bool else 1
     wrapped, axis = [], 0
@@ -146,6 +146,12 @@ def _wrapped_round(key: Any, shape: tuple) -> Any:
         wrapped.append(part)
         axis += span(part)
     return tuple(wrapped) if isinstance(key, tuple) else wrapped[0]
+
+
+def _as_positions(part: list | tuple) -> Any:
+    """A list or tuple in an index as CuPy reads it: an array, an empty one of integers."""
+    array = numpy.asarray(part)
+    return array.astype(numpy.intp) if array.size == 0 else array
 
 
 def _getitem(a: numpy.ndarray, key: Any) -> Any:

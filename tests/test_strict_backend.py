@@ -46,6 +46,8 @@ def ids(values):
 @pytest.mark.parametrize("gather", [
     pytest.param(lambda x, i: x[i], id="x[i]"),
     pytest.param(lambda x, i: x[[0, 3, -1]], id="a list, which CuPy makes an array"),
+    pytest.param(lambda x, i: x[None][:, (0, 3, -1)][0], id="a tuple inside the index"),
+    pytest.param(lambda x, i: x[np.True_, i], id="beside NumPy's True"),
     pytest.param(lambda x, i: x[..., i], id="after an ellipsis"),
     pytest.param(lambda x, i: x[None, i][0], id="after a new axis"),
     pytest.param(lambda x, i: strict_xp.take(x, i), id="take"),

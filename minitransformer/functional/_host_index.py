@@ -85,9 +85,15 @@ def check_host_index(shape: tuple, index: Any) -> None:
         if part is None or part is Ellipsis or isinstance(part, slice):
             continue
         kind = getattr(getattr(part, "dtype", None), "kind", None)
-        if backend.is_array(part) and backend.device_of(part) != "cpu":  # not read
-            if kind != "b" or part.ndim:
-                gathers.append(None if kind == "b" else part.shape)
+        if backend.is_array(part) and backend.device_of(part) != "cpu":  # never read
+            if kind == "b" and part.ndim:
+                if part.shape != tuple(shape[axis:axis + part.ndim]):
+                    return  # a mask of the wrong size: refused by the device, as NumPy does first
+                gathers.append(None)  # positions: as many as it holds True, unknown here
+            elif kind in ("i", "u"):
+                gathers.append(part.shape)
+            elif kind != "b":
+                return  # not an index: refused by the device, as NumPy does first
             continue
         if not backend.is_array(part):
             continue
@@ -104,8 +110,8 @@ def check_host_index(shape: tuple, index: Any) -> None:
                 gathers.append(part.shape)
         else:
             return  # not an index: refused by the device, as NumPy does first
-    try:
-        gathered = math.prod(host.broadcast_shapes(*(g for g in gathers if g is not None)))
+    try:  # (a device mask's count is unknown: it may gather nothing, and NumPy reads nothing)
+        gathered = 0 if None in gathers else math.prod(host.broadcast_shapes(*gathers))
     except ValueError:
         gathered = 0  # the device's own indexing refuses them (after any integer)
     for is_array, axis, rows in sorted(checked, key=lambda c: c[:2]):  # integers first
@@ -136,6 +142,6 @@ def check_rows(what: str, array: Any, *indices: Any) -> None:
     for index in indices:
         if has_host_part(index):
             try:
-                check_host_index(array.shape[:1], index)
+                check_host_index(array.shape[:1], (index,))  # rows: one part, a tuple too
             except IndexError as exc:
                 raise IndexError(f"{what}: {exc}.") from None

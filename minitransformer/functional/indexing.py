@@ -218,17 +218,26 @@ def _device_index(a: Any, index: Any) -> Any:
             check_host_index(tuple(a.shape), index)
         except IndexError as exc:
             raise IndexError(f"getitem on a tensor of shape {tuple(a.shape)}: {exc}.") from None
-    host = backend.get_backend("cpu").xp
     moved = tuple(
-        on_device_of(a, host.zeros(0, dtype=host.intp) if _empty_sequence(p) else p)
+        on_device_of(a, _positions(p))
         if isinstance(p, Tensor | list | tuple) or backend.is_array(p) else p
-        for p in parts  # ([] is no positions, as NumPy reads it, not an empty float array)
+        for p in parts
     )
     return moved if isinstance(index, tuple) else moved[0]
 
 
-def _empty_sequence(part: Any) -> bool:
-    return isinstance(part, list | tuple) and len(part) == 0
+def _positions(part: Any) -> Any:
+    """A list or tuple with no positions in it (``[]``, ``[[]]``) as an empty integer array, as
+    NumPy and CuPy read it (not an empty float array, which no array takes as an index)."""
+    if isinstance(part, list | tuple):
+        host = backend.get_backend("cpu").xp
+        try:
+            array = host.asarray(part)
+        except (ValueError, TypeError):
+            return part  # ragged: the device's own conversion refuses it
+        if array.size == 0 and array.dtype.kind == "f":
+            return array.astype(host.intp)
+    return part
 
 
 def getitem(a, index): return GetItem(_device_index(a, index))(a)

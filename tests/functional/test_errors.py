@@ -179,6 +179,14 @@ def test_a_host_index_out_of_range_gets_numpys_error_on_every_device(device, ind
         x(*shape)[index]
 
 
+def test_a_device_mask_that_selects_nothing_lets_any_host_position_pass():
+    """NumPy reads no position of a gather of nothing, and a device mask's count is not read:
+    so the host positions beside it are not refused (NumPy's empty result)."""
+    with mt.backend.device("strict"):
+        nothing = mt.backend.as_array(np.array([False, False]), device="strict")
+        assert x(2, 3)[nothing, [7]].shape == (0,)
+
+
 def test_an_index_on_the_device_is_not_read_on_the_host():
     """A device index is not checked (that would make the host wait for the GPU): a position
     out of range in it wraps round on a GPU, as CuPy documents."""

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import minitransformer as mt
-from minitransformer.functional._host_index import index_axes
+from minitransformer.functional._host_index import _host_parts, index_axes
 
 
 def positions(n):
@@ -27,13 +27,14 @@ def shapes_and_indices(draw, in_range=False):
     more, now and then) a slice, an integer (Python's or NumPy's), a list, a tuple or an
     array of integers (signed or not, 0-d too, empty too), a CPU Tensor of them, or a boolean
     mask (of the axis's length, or one more); maybe with an ellipsis (or two), a new axis,
-    True or False among them. ``in_range``: every position inside its axis."""
+    True or False (Python's or NumPy's) among them. ``in_range``: every position inside its
+    axis."""
     shape = tuple(draw(st.lists(st.integers(0, 4), min_size=1, max_size=4)))
     parts = []
     n_parts = draw(st.integers(1, len(shape) + (0 if in_range else 1)))
     for n in (shape + (3,))[:n_parts]:
         kind = draw(st.sampled_from(["slice", "integer", "numpy integer", "list", "tuple",
-                                     "array", "unsigned", "0-d", "tensor", "mask"]))
+                                     "array", "unsigned", "0-d", "tensor", "mask", "nested"]))
         if in_range:
             rows = draw(st.lists(st.integers(-n, n - 1), min_size=1, max_size=3)) if n else []
         else:
@@ -49,6 +50,8 @@ def shapes_and_indices(draw, in_range=False):
                          else np.array(row))
         elif kind == "list":
             parts.append(rows)
+        elif kind == "nested":  # a list of one list: a 2-D array of positions ([[]] too)
+            parts.append([rows])
         elif kind == "tuple":
             parts.append(tuple(rows))
         elif kind == "array":
@@ -61,7 +64,8 @@ def shapes_and_indices(draw, in_range=False):
         else:
             size = n if in_range else draw(st.sampled_from([n, n + 1]))
             parts.append(np.array(draw(st.lists(st.booleans(), min_size=size, max_size=size))))
-    for extra in draw(st.lists(st.sampled_from([Ellipsis, None, True, False]),
+    for extra in draw(st.lists(st.sampled_from([Ellipsis, None, True, False, np.True_,
+                                                np.False_]),
                                max_size=1 if in_range else 2)):
         if in_range and extra is Ellipsis and any(p is Ellipsis for p in parts):
             continue
@@ -108,8 +112,7 @@ def test_index_axes_names_the_axis_numpy_names(case, data):
     shape, index = case
     parts = list(index) if isinstance(index, tuple) else [index]
     parts = [p.numpy() if isinstance(p, mt.Tensor) else p for p in parts]
-    axes = index_axes(tuple(np.asarray(p) if isinstance(p, list | tuple | int | np.integer)
-                            else p for p in parts), len(shape))
+    axes = index_axes(_host_parts(tuple(parts)), len(shape))
     integers = [i for i, p in enumerate(parts)
                 if np.asarray(p).dtype.kind in "iu" and not isinstance(p, bool)
                 and p is not None and p is not Ellipsis and not isinstance(p, slice)]

@@ -471,6 +471,8 @@ def test_a_replayed_decoding_step_refuses_host_ids_out_of_the_vocabulary(model_a
         cache.reorder(np.array([0, rows]))
     with pytest.raises(IndexError, match="StaticCache.move_rows: index -9"):
         cache.move_rows(np.array([-9]), np.array([0]), 1)
+    with pytest.raises(IndexError, match=f"StaticCache.move_rows: index {rows + 1}"):
+        cache.move_rows((0, rows + 1), (1, 2), 3)  # a tuple of rows, as the buffers read it
 
 
 # ----------------------------------------------------------------------------- the stand-in
