@@ -24,6 +24,13 @@
 # type, lower case> for the second runs); the logs go to bench/results/cpu_targets.<kind>-
 # <commit>.log. Nothing is committed: read the tables, then add the files you keep.
 set -uo pipefail
+if ((BASH_VERSINFO[0] < 4 || (BASH_VERSINFO[0] == 4 && BASH_VERSINFO[1] < 4))); then
+    echo "bench/cpu_targets.sh needs bash 4.4 or later (empty arrays under set -u)" >&2
+    exit 2
+fi
+python=$(command -v "${PYTHON:-python3}") || { echo "no Python: set PYTHON" >&2; exit 2; }
+python=$(realpath -s "$python")  # absolute, a virtual environment's link kept
+usage="usage: bash bench/cpu_targets.sh [--quick] [--multi30k | --checkpoint C] [--data DIR]"
 cd "$(dirname "$0")/.."
 multi30k=0 quick=0
 data=() checkpoint=()
@@ -31,17 +38,19 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --multi30k) multi30k=1 ;;
         --quick) quick=1 ;;
-        --data) data=(--data "$2"); shift ;;
-        --checkpoint) checkpoint=(--checkpoint "$2"); shift ;;
-        *) echo "usage: bash bench/cpu_targets.sh [--quick] [--multi30k | --checkpoint C]" \
-                "[--data DIR]" >&2
-           exit 2 ;;
+        --data) data=(--data "$(realpath "${2:?$usage}")"); shift ;;
+        --checkpoint) checkpoint=(--checkpoint "$(realpath "${2:?$usage}")"); shift ;;
+        *) echo "$usage" >&2; exit 2 ;;
     esac
     shift
 done
-python=${PYTHON:-python3}
+if [ "$multi30k" -eq 1 ] && [ ${#checkpoint[@]} -gt 0 ]; then
+    echo "--multi30k trains the model decoding uses: give it or --checkpoint, not both" >&2
+    exit 2
+fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-kind=$(cd bench && "$python" -c "from machine import kind; print(kind())")
+kind=$("$python" -c "import sys; sys.path.insert(0, 'bench'); from machine import kind; print(kind())")
+[ -n "$kind" ] || { echo "bench/machine.py could not name this machine" >&2; exit 2; }
 commit=$(git rev-parse --short HEAD)
 name="$kind-$commit"
 results=bench/results
@@ -79,6 +88,7 @@ if [ "$multi30k" -eq 1 ]; then
     checkpoint=(--checkpoint "$out/checkpoints/last.npz")
 elif [ ${#checkpoint[@]} -eq 0 ]; then
     out=$(mktemp -d)
+    trap 'rm -rf "$out"' EXIT  # the model made for decoding only
     run "multi30k, a model for decoding" "${own[@]}" "$python" bench/multi30k.py \
         --out "$out/model" "${minutes[@]}" "${data[@]}"
     checkpoint=(--checkpoint "$out/model/checkpoints/last.npz")
@@ -100,5 +110,5 @@ for variant in own "$coretype"; do
 done
 run "shared cores" "${own[@]}" "$python" bench/shared_cores.py "${shared[@]}" \
     --output "$results/shared_cores.$name.openblas-own.json"
-echo "cpu_targets: done, exit status $status; log in $log" | tee -a "$log"
+echo "cpu_targets: done ($(date +%T)), exit status $status; log in $log" | tee -a "$log"
 exit "$status"
