@@ -86,8 +86,8 @@ def check_host_index(shape: tuple, index: Any) -> None:
             continue
         kind = getattr(getattr(part, "dtype", None), "kind", None)
         if backend.is_array(part) and backend.device_of(part) != "cpu":  # never read
-            if kind == "b" and part.ndim:
-                if part.shape != tuple(shape[axis:axis + part.ndim]):
+            if kind == "b":
+                if part.ndim and part.shape != tuple(shape[axis:axis + part.ndim]):
                     return  # a mask of the wrong size: refused by the device, as NumPy does first
                 gathers.append(None)  # positions: as many as it holds True, unknown here
             elif kind in ("i", "u"):

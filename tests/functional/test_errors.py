@@ -185,6 +185,8 @@ def test_a_device_mask_that_selects_nothing_lets_any_host_position_pass():
     with mt.backend.device("strict"):
         nothing = mt.backend.as_array(np.array([False, False]), device="strict")
         assert x(2, 3)[nothing, [7]].shape == (0,)
+        false = mt.backend.as_array(np.array(False), device="strict")  # a 0-d mask
+        assert x(2, 3)[false, [7]].shape == (0, 3)
 
 
 def test_an_index_on_the_device_is_not_read_on_the_host():
