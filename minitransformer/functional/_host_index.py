@@ -51,21 +51,30 @@ def _span(part: Any) -> int:
     return part.ndim if kind == "b" else 1  # a boolean scalar (0-d) adds an axis instead
 
 
+def host_positions(part: Any) -> Any:
+    """A list, tuple, integer or boolean as a host array, an empty sequence as an empty
+    integer one (``[]`` and ``[[]]`` are no positions to NumPy and CuPy, not an empty float
+    array); None where a sequence is no array at all (ragged)."""
+    host = backend.get_backend("cpu").xp
+    try:
+        array = host.asarray(part)
+    except (ValueError, TypeError):
+        return None
+    return array.astype(host.intp) if array.size == 0 and array.dtype.kind == "f" else array
+
+
 def _host_parts(parts: tuple) -> tuple | None:
-    """The parts with each host sequence, integer or boolean as a host array (an empty list an
-    integer one, as NumPy reads it) and Tensors as their arrays; None where a sequence is no
-    array at all (ragged), which the device's own conversion refuses."""
+    """The parts with each host sequence, integer or boolean as a host array
+    (``host_positions``) and Tensors as their arrays; None where a sequence is no array at all
+    (ragged), which the device's own conversion refuses."""
     host = backend.get_backend("cpu").xp
     converted = []
     for part in parts:
         part = part.data if isinstance(part, Tensor) else part
         if isinstance(part, list | tuple | bool | int) or isinstance(part, host.generic):
-            try:
-                part = host.asarray(part)
-            except (ValueError, TypeError):
+            part = host_positions(part)
+            if part is None:
                 return None
-            if part.size == 0 and part.dtype.kind == "f":
-                part = part.astype(host.intp)
         converted.append(part)
     return tuple(converted)
 

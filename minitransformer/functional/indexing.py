@@ -19,7 +19,7 @@ from ..autograd.tensor import Tensor
 from . import _packed
 from ._blocks import for_blocks
 from ._broadcast import broadcast_shapes, match_float_dtypes, sum_to
-from ._host_index import check_host_index, has_host_part
+from ._host_index import check_host_index, has_host_part, host_positions
 
 
 class GetItem(Function):
@@ -211,32 +211,28 @@ def _device_index(a: Any, index: Any) -> Any:
     checked first where that device is not the CPU (``_host_index.py``). Within a tuple index
     a tuple is a sequence of positions, as NumPy reads it (``a[:, (1, 1)]`` gathers column 1
     twice), so it becomes an array too: GetItem then sees the gather and adds repeats."""
-    parts = index if isinstance(index, tuple) else (index,)
+    parts = tuple(_positions(p) for p in (index if isinstance(index, tuple) else (index,)))
     if (a.device if isinstance(a, Tensor) else backend.device_of(a)) != "cpu" \
-            and has_host_part(index):  # a GPU would wrap a position out of range round
+            and has_host_part(parts):  # a GPU would wrap a position out of range round
         try:
-            check_host_index(tuple(a.shape), index)
+            check_host_index(tuple(a.shape), parts)
         except IndexError as exc:
             raise IndexError(f"getitem on a tensor of shape {tuple(a.shape)}: {exc}.") from None
     moved = tuple(
-        on_device_of(a, _positions(p))
-        if isinstance(p, Tensor | list | tuple) or backend.is_array(p) else p
+        on_device_of(a, p) if isinstance(p, Tensor | list | tuple) or backend.is_array(p) else p
         for p in parts
     )
     return moved if isinstance(index, tuple) else moved[0]
 
 
 def _positions(part: Any) -> Any:
-    """A list or tuple with no positions in it (``[]``, ``[[]]``) as an empty integer array, as
-    NumPy and CuPy read it (not an empty float array, which no array takes as an index)."""
+    """A list or tuple of positions or a mask as a host array, made once (an empty one of
+    integers: ``host_positions``); anything else as it is, for ``on_device_of`` to move or to
+    refuse in its own words (a ragged list, strings)."""
     if isinstance(part, list | tuple):
-        host = backend.get_backend("cpu").xp
-        try:
-            array = host.asarray(part)
-        except (ValueError, TypeError):
-            return part  # ragged: the device's own conversion refuses it
-        if array.size == 0 and array.dtype.kind == "f":
-            return array.astype(host.intp)
+        array = host_positions(part)
+        if array is not None and array.dtype.kind in "biu":
+            return array
     return part
 
 
