@@ -4,7 +4,8 @@ Every process holds the whole model and computes the gradient of its own share o
 batches. If each gradient is the gradient of a *sum* of token losses, their sum over processes
 is the gradient of the sum over the whole step, exactly what one process would compute with
 every batch, so dividing it by the step's number of target tokens gives the same mean
-gradient (up to the order of the additions). Each process then applies the same Adam update
+gradient (up to the order of the additions; the trainer divides each batch's sum before
+backward, ``cross_entropy``'s ``normalizer``). Each process then applies the same Adam update
 to the same weights, and the copies stay identical without ever being sent again.
 
 The gradients travel as one flat buffer, ``n`` numbers for ``n`` weights: one all-reduce per

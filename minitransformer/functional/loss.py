@@ -11,6 +11,7 @@ and, with p = softmax(z) the model's distribution from the logits z of that toke
 
     ℓ = -Σ_v q_v log p_v = (1 - ε)(-log p_y) + ε (-mean_v log p_v)
     L = (1 / N) Σ_{real tokens} ℓ,      N = the number of targets != ignore_index
+                                        (or the ``normalizer`` given)
 
 Backward: log p_v = z_v - logsumexp(z), so ∂log p_v/∂z_j = δ_vj - p_j and
 
@@ -26,9 +27,13 @@ but the number dout (1 for ``loss.backward()``). So on the CPU, when a gradient 
 forward finishes each block of rows with dz for dout = 1, (p - q) / N, while the block's e is
 still in the cache, and keeps that in e's place: backward hands it on as it is, instead of
 reading all of e again to write all of dz, two passes over an (N_rows, V) array of 128 MB in a
-`small` step of 4,000 tokens and 8,000 words. For another dout (the trainer's loss times the
-batch's tokens) backward makes one pass, dz · dout into a new array, on blocks of rows. The
-GPU keeps its statistics and computes dz in one kernel in backward.
+`small` step of 4,000 tokens and 8,000 words. For another dout backward makes one pass, dz ·
+dout into a new array, on blocks of rows. So the trainer does not scale the loss: a step of
+several batches (accumulated, or shared among processes) wants the gradient of the sum of
+their token losses over the step's tokens, and ``normalizer`` = the step's number of target
+tokens gives each batch's share of that mean directly, N above, with dout = 1 (a step of one
+batch on one process is the plain mean). The GPU keeps its statistics and computes dz in one
+kernel in backward.
 
 Dimensions: logits (..., V), V the vocabulary; targets (...) integer, typically (B, T);
 N_rows = prod(...) once flattened; loss a 0-d tensor.
@@ -36,6 +41,7 @@ N_rows = prod(...) once flattened; loss a 0-d tensor.
 
 from __future__ import annotations
 
+import math
 import numbers
 
 from .. import backend
@@ -51,7 +57,8 @@ from .indexing import on_device_of
 
 
 class CrossEntropy(Function):
-    def __init__(self, label_smoothing: float = 0.0, ignore_index: int | None = None):
+    def __init__(self, label_smoothing: float = 0.0, ignore_index: int | None = None,
+                 normalizer: float | None = None):
         if not 0 <= label_smoothing < 1:
             raise ValueError(f"cross_entropy: label_smoothing must satisfy 0 <= ε < 1, got "
                              f"{label_smoothing!r}.")
@@ -59,7 +66,14 @@ class CrossEntropy(Function):
                                          or not isinstance(ignore_index, numbers.Integral)):
             raise ValueError(f"cross_entropy: ignore_index must be a class id (an integer, e.g. "
                              f"the padding id) or None, got {ignore_index!r}.")
+        if normalizer is not None and (isinstance(normalizer, bool)
+                                       or not isinstance(normalizer, numbers.Real)
+                                       or not 0 < normalizer < math.inf):
+            raise ValueError(f"cross_entropy: normalizer must be a positive number (the count "
+                             f"of tokens the summed loss is divided by, e.g. a training step's "
+                             f"target tokens) or None, got {normalizer!r}.")
         self.eps, self.ignore_index = float(label_smoothing), ignore_index
+        self.normalizer = normalizer
 
     def forward(self, logits, targets):
         xp = backend.get_array_module(logits)
@@ -81,7 +95,8 @@ class CrossEntropy(Function):
             real = t != self.ignore_index                               # (N_rows,)
         t_safe = xp.where(real, t, 0)[:, None]                          # (N_rows, 1)
         self._check_targets(t_safe, V)
-        n_real = xp.maximum(real.sum(), 1).astype(logits.dtype)        # () = N, for step 4
+        n_real = (xp.maximum(real.sum(), 1) if self.normalizer is None  # () = N, for step 4
+                  else xp.asarray(self.normalizer)).astype(logits.dtype)
         # 2. with m = max_v z_v and e = exp(z - m) (one buffer): log p_v = (z_v - m) - log Σe,
         #    so -log p_v = log Σe - (z_v - m), and log p itself is never formed
         if _cuda.is_cupy(xp):  # m and Σe in one row kernel, e itself never stored
@@ -120,7 +135,8 @@ class CrossEntropy(Function):
         loss_rows = (1.0 - self.eps) * (log_sum - (z_y - row_max))
         if self.eps:
             loss_rows += self.eps * (log_sum - (sum_z / V - row_max))  # (N_rows,)
-        # 4. L = Σ_real ℓ / N, with N = max(number of real tokens, 1): 0, not 0/0, if none.
+        # 4. L = Σ_real ℓ / N, with N = max(number of real tokens, 1): 0, not 0/0, if none
+        #    (or N = the normalizer given).
         #    Ignored rows are left out by where, not by a factor 0: their ℓ may be inf or nan
         #    (a logit of -inf that forbids the padding id), and inf · 0 = nan
         loss = xp.asarray(xp.where(real, loss_rows, 0).sum() / n_real)  # ()
@@ -187,8 +203,8 @@ class CrossEntropy(Function):
                                "gradient (run under no_grad, or with needs_input_grad[0] "
                                "False); run the forward pass with gradients enabled.")
         # fwd 4: L = Σ_real ℓ / N: dz scales with dout (kept for dout = 1, loss.backward()'s
-        # seed; the trainer's loss · tokens sends the token count), into a new array (saved
-        # stays as it is), on blocks of rows
+        # seed, which the trainer's losses get too), into a new array (saved stays as it is),
+        # on blocks of rows
         if is_capturing() or float(dout) != 1.0:
             scaled = _workspace.empty(dz.shape, dz.dtype, xp)           # (N_rows, V)
             for_blocks(lambda rows: xp.multiply(dz[rows], dout, out=scaled[rows]),
@@ -222,12 +238,14 @@ def _compiled_statistics(z, dz, row_max, sum_z, sum_e, t_safe, real, n_real, eps
     return statistics
 
 
-def cross_entropy(logits, targets, label_smoothing=0.0, ignore_index=None):
+def cross_entropy(logits, targets, label_smoothing=0.0, ignore_index=None, normalizer=None):
     """Mean over real tokens of -Σ_v q_v log softmax(logits)_v, q the smoothed one-hot target.
 
     logits (..., V) float, targets (...) integer (a Tensor, array or list, moved to the
     logits' device) -> a 0-d Tensor. Targets equal to ``ignore_index`` (e.g. the padding id)
-    are left out of the mean and get zero gradient.
+    are left out of the mean and get zero gradient. With ``normalizer`` (a positive number)
+    the sum over real tokens is divided by it instead of by their count: a batch's share of
+    the mean over a whole training step, given the step's target tokens.
     """
     targets = Tensor(on_device_of(logits, targets))  # a Tensor: kept as integers
-    return CrossEntropy(label_smoothing, ignore_index)(logits, targets)
+    return CrossEntropy(label_smoothing, ignore_index, normalizer)(logits, targets)

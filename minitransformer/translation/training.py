@@ -1,8 +1,9 @@
 """Training a translator (§5): label-smoothed loss, Adam with warmup, safe checkpoints.
 
-One optimizer step: ``accumulate`` token-bucketed batches are run forward and backward, their
-summed token losses giving summed gradients, which are divided by the number of target tokens
-(an exact average over the effective batch), clipped to a global norm if asked, and applied by
+One optimizer step: ``accumulate`` token-bucketed batches are run forward and backward, each
+batch's summed token loss divided by the step's number of target tokens, so that their summed
+gradients are the gradient of the mean over the effective batch (exact, whatever the batches'
+sizes); they are clipped to a global norm if asked, and applied by
 Adam at the rate of the paper's schedule. Every ``eval_every`` steps the model is validated
 (loss, and BLEU of greedy translations) and checkpointed; the best and the last checkpoints are
 kept, and the last ``keep_last`` step checkpoints for averaging at the end (§6.1), and with
@@ -24,10 +25,10 @@ checkpoint, which a failed write never touches.
 
 With several processes (``mpiexec -n N``, a ``communicator`` of size N) a step takes
 ``accumulate × N`` batches; process r computes batches r, r + N, ... of them (with the same
-dropout seeds one process would use for those batches), the token-summed losses and gradients
-are summed across processes, and every process applies the same update: the arithmetic of one
-process with ``accumulate × N``. Validation is sharded the same way and reduced. Rank 0 alone
-writes the log, the checkpoints and the progress bar.
+dropout seeds one process would use for those batches), their losses and gradients (each over
+the step's tokens) are summed across processes, and every process applies the same update:
+the arithmetic of one process with ``accumulate × N``. Validation is sharded the same way and
+reduced. Rank 0 alone writes the log, the checkpoints and the progress bar.
 """
 
 from __future__ import annotations
@@ -519,11 +520,13 @@ class Trainer:
                 loss_sum += graphs.forward_backward(batch)
                 continue
             logits = self.model(batch.src, batch.tgt_in)
-            loss = F.cross_entropy(logits, batch.tgt_out, c.label_smoothing,
-                                   ignore_index=self.model.config.pad_id)
-            token_loss = loss * batch.n_tgt_tokens        # a sum over the batch's tokens
-            token_loss.backward()
-            loss_sum += token_loss.item()
+            # the batch's summed token loss over the step's tokens: its share of the step's
+            # mean, whose gradient backward gives as it is (no pass scaling the loss's
+            # gradient, none dividing the summed gradients; loss.py)
+            share = F.cross_entropy(logits, batch.tgt_out, c.label_smoothing,
+                                    ignore_index=self.model.config.pad_id, normalizer=n_tokens)
+            share.backward()
+            loss_sum += share.item() * n_tokens
         # the step's loss, summed over the processes, rank 0's clock, and whether any process
         # was asked to stop: all of them stop after this same step
         clock = time.perf_counter() - self._started if comm.rank == 0 else 0.0
@@ -537,11 +540,8 @@ class Trainer:
                 f"{self.checkpoints} untouched: lower --lr-scale or set --clip-norm.")
         if graphs is not None:  # clipping waits for the update's graph
             grad_norm = graphs.gradient_norm(n_tokens)
-        else:
-            allreduce_gradients(self.optimizer.params, comm)  # every process: the step's
-            for p in self.optimizer.params:  # summed token gradients -> mean over the tokens
-                if p.grad is not None:
-                    p.grad *= 1.0 / n_tokens
+        else:  # every process: the gradient of the step's mean token loss
+            allreduce_gradients(self.optimizer.params, comm)
             grad_norm = clip_grad_norm(self.optimizer.params, c.clip_norm)
         if not math.isfinite(grad_norm):  # a finite loss can still overflow its backward
             raise TrainingError(

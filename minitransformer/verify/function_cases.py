@@ -207,6 +207,10 @@ CASES: list[Case] = [
     Case("cross_entropy",
          lambda z, t: F.cross_entropy(z, t, label_smoothing=0.1, ignore_index=-100),
          inputs(normal(3, 4, 6), targets_with_ignored(6, 3, 4)), "ε=0.1, ignore_index"),
+    Case("cross_entropy",
+         lambda z, t: F.cross_entropy(z, t, label_smoothing=0.1, ignore_index=-100,
+                                      normalizer=20),
+         inputs(normal(3, 4, 6), targets_with_ignored(6, 3, 4)), "ε=0.1, normalizer 20"),
     # a composite: the graph engine summing a diamond of uses
     Case("composite", lambda a, b: F.tanh(a @ b) * a.sum(axis=1, keepdims=True) + a.exp().mean(),
          inputs(normal(3, 4), normal(4, 4)), "reuse and diamond"),

@@ -181,6 +181,25 @@ def test_cross_entropy_matches_a_loop(device, eps, ignore_index):
     np.testing.assert_allclose(loss.item(), ref, rtol=1e-5)
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("normalizer", [1, 7, 2.5])
+def test_cross_entropy_with_a_normalizer_divides_the_sum_by_it(device, eps, normalizer):
+    """A batch's share of a step's mean: the summed loss of its real tokens over the number
+    given, and its gradient the plain mean's times (real tokens / normalizer), made in forward
+    with dout = 1 as the mean's is."""
+    logits, targets = normal(2, 3, 5), RNG.integers(1, 5, size=(2, 3))
+    targets[1, 2] = 0                                                   # 5 real tokens
+    mean_z, share_z = on(device, logits, grad=True), on(device, logits, grad=True)
+    mean = F.cross_entropy(mean_z, targets, eps, ignore_index=0)
+    share = F.cross_entropy(share_z, targets, eps, ignore_index=0, normalizer=normalizer)
+    np.testing.assert_allclose(share.item(), mean.item() * 5 / normalizer, rtol=1e-6)
+    mean.backward()
+    share.backward()
+    np.testing.assert_allclose(host(share_z.grad), host(mean_z.grad) * 5 / normalizer,
+                               rtol=1e-5, atol=1e-7)
+    assert not host(share_z.grad)[1, 2].any()                           # ignored: no gradient
+
+
 def test_cross_entropy_ignored_rows_with_infinite_logits_count_for_nothing(device):
     """A logit of -inf on the padding id (forbidding it) must not turn the loss into nan."""
     logits, targets = normal(4, 5), np.array([2, 3, 0, 0])
@@ -329,3 +348,6 @@ def test_cross_entropy_names_bad_targets_shapes_and_smoothing():
     for eps in (1.0, -0.1):
         with pytest.raises(ValueError, match="label_smoothing"):
             F.cross_entropy(logits, [[0, 1, 2], [3, 4, 0]], label_smoothing=eps)
+    for normalizer in (0, -3, float("nan"), float("inf"), True, "12"):
+        with pytest.raises(ValueError, match=r"normalizer must be a positive number"):
+            F.cross_entropy(logits, [[0, 1, 2], [3, 4, 0]], normalizer=normalizer)

@@ -419,6 +419,37 @@ def test_gradient_accumulation_averages_over_all_tokens_of_the_group(tmp_path):
     assert record_split["loss"] == pytest.approx(record_merged["loss"], rel=1e-5)
 
 
+def test_a_step_backpropagates_each_batch_with_dout_1_into_the_mean_gradient(tmp_path,
+                                                                            monkeypatch):
+    """Each batch's loss is its summed token loss over the step's tokens (the normalizer), so
+    backward starts from 1: no pass scaling the loss's (N, V) gradient, and none dividing the
+    summed gradients. They equal the mean's gradient over the whole group."""
+    from minitransformer import functional as F
+    from minitransformer.functional.loss import CrossEntropy
+
+    trainer = make_trainer(tmp_path, max_steps=1, clip_norm=None)
+    group = list(trainer.batcher)[:3]
+    for module in trainer.model.modules():
+        if hasattr(module, "p"):
+            module.p = 0.0
+    params = trainer.optimizer.params
+    for batch in group:                     # the reference: token sums, then their mean
+        logits = trainer.model(batch.src, batch.tgt_in)
+        loss = F.cross_entropy(logits, batch.tgt_out, trainer.config.label_smoothing,
+                               ignore_index=trainer.model.config.pad_id)
+        (loss * batch.n_tgt_tokens).backward()
+    n_tokens = sum(b.n_tgt_tokens for b in group)
+    expected = [p.grad / n_tokens for p in params]
+    douts = []
+    backward = CrossEntropy.backward
+    monkeypatch.setattr(CrossEntropy, "backward",
+                        lambda self, dout: (douts.append(float(dout)), backward(self, dout))[1])
+    trainer._step(group)
+    assert douts == [1.0, 1.0, 1.0]
+    for p, g in zip(params, expected, strict=True):
+        np.testing.assert_allclose(p.grad, g, rtol=1e-4, atol=1e-7)
+
+
 def _step_without_dropout(trainer, group):
     for module in trainer.model.modules():
         if hasattr(module, "p"):
