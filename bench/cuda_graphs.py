@@ -74,8 +74,8 @@ def graphed_step(model):
         n_tokens = int((tgt_out != PAD_ID).sum())
         graphs.zero_grad()
         graphs.forward_backward(SimpleNamespace(src=src, tgt_in=tgt_in, tgt_out=tgt_out,
-                                                n_tgt_tokens=n_tokens))
-        graphs.update(graphs.gradient_norm(n_tokens), None)
+                                                n_tgt_tokens=n_tokens), n_tokens)
+        graphs.update(graphs.gradient_norm(), None)
     return step, graphs
 
 

@@ -370,10 +370,12 @@ print(f"base model: {base:,} parameters, {4 * base / 1e6:.0f} MB of float32 grad
 # ```
 #
 # A step with $N$ processes takes `accumulate` × $N$ batches; process $r$ computes batches
-# $r, r + N, \ldots$, each loss multiplied by its batch's target tokens (a sum, as above);
-# `allreduce_gradients` sums the gradients of all parameters across the processes in one flat
-# buffer (one reduction per step, not one per parameter: each message pays a latency), and
-# every process divides by the step's total target tokens and applies the same Adam update.
+# $r, r + N, \ldots$, each batch's loss the sum of its token losses (as above) divided by the
+# step's total target tokens, known before the step begins (`cross_entropy`'s `normalizer`:
+# the division is then part of the loss's own gradient, not a pass over every gradient
+# afterwards); `allreduce_gradients` sums the gradients of all parameters across the processes
+# in one flat buffer (one reduction per step, not one per parameter: each message pays a
+# latency) into the step's mean gradient, and every process applies the same Adam update.
 # So `mpiexec -n 2 ... --accumulate 1` computes what `--accumulate 2` computes in one process;
 # run on a 2-core machine, the two runs' losses over 20 steps agreed to within $5 \times
 # 10^{-7}$ (losses near 7), float32's rounding of sums taken in another order.

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Any
 
 from .. import backend
 from ..autograd.function import Function
@@ -58,7 +59,7 @@ from .indexing import on_device_of
 
 class CrossEntropy(Function):
     def __init__(self, label_smoothing: float = 0.0, ignore_index: int | None = None,
-                 normalizer: float | None = None):
+                 normalizer: Any = None):
         if not 0 <= label_smoothing < 1:
             raise ValueError(f"cross_entropy: label_smoothing must satisfy 0 <= ε < 1, got "
                              f"{label_smoothing!r}.")
@@ -66,12 +67,16 @@ class CrossEntropy(Function):
                                          or not isinstance(ignore_index, numbers.Integral)):
             raise ValueError(f"cross_entropy: ignore_index must be a class id (an integer, e.g. "
                              f"the padding id) or None, got {ignore_index!r}.")
-        if normalizer is not None and (isinstance(normalizer, bool)
-                                       or not isinstance(normalizer, numbers.Real)
-                                       or not 0 < normalizer < math.inf):
+        host = backend.get_backend("cpu").xp
+        if isinstance(normalizer, host.ndarray) and normalizer.ndim == 0:
+            normalizer = normalizer.item()  # a host array's value is checked as a number's
+        if normalizer is not None and not _device_scalar(normalizer) and (
+                isinstance(normalizer, bool) or not isinstance(normalizer, numbers.Real)
+                or not 0 < normalizer < math.inf):
             raise ValueError(f"cross_entropy: normalizer must be a positive number (the count "
                              f"of tokens the summed loss is divided by, e.g. a training step's "
-                             f"target tokens) or None, got {normalizer!r}.")
+                             f"target tokens), a 0-d float array of one, or None, got "
+                             f"{normalizer!r}.")
         self.eps, self.ignore_index = float(label_smoothing), ignore_index
         self.normalizer = normalizer
 
@@ -95,8 +100,7 @@ class CrossEntropy(Function):
             real = t != self.ignore_index                               # (N_rows,)
         t_safe = xp.where(real, t, 0)[:, None]                          # (N_rows, 1)
         self._check_targets(t_safe, V)
-        n_real = (xp.maximum(real.sum(), 1) if self.normalizer is None  # () = N, for step 4
-                  else xp.asarray(self.normalizer)).astype(logits.dtype)
+        n_real = self._count(real, logits.dtype, xp)                    # () = N, for step 4
         # 2. with m = max_v z_v and e = exp(z - m) (one buffer): log p_v = (z_v - m) - log Σe,
         #    so -log p_v = log Σe - (z_v - m), and log p itself is never formed
         if _cuda.is_cupy(xp):  # m and Σe in one row kernel, e itself never stored
@@ -145,6 +149,23 @@ class CrossEntropy(Function):
             if _cuda.is_cupy(xp) else dz
         self.logits_shape = logits.shape
         return loss
+
+    def _count(self, real, dtype, xp):
+        """N as a 0-d array of the logits' dtype: the real tokens (at least 1), or the
+        normalizer. A 0-d array is used as it is, never read (a captured step's, refilled
+        before each replay); a number must fit the dtype, and cannot enter a capture."""
+        if self.normalizer is None:
+            return xp.maximum(real.sum(), 1).astype(dtype)
+        if _device_scalar(self.normalizer):
+            return xp.asarray(self.normalizer).astype(dtype)
+        if is_capturing():
+            raise ValueError("cross_entropy: a captured step needs its normalizer as a 0-d "
+                             "array on the device, which the host fills before each replay; "
+                             f"a number ({self.normalizer!r}) would be fixed in the graph.")
+        if float(self.normalizer) > float(xp.finfo(dtype).max):
+            raise ValueError(f"cross_entropy: normalizer {self.normalizer!r} overflows the "
+                             f"logits' {dtype}; compute the loss in float32.")
+        return xp.asarray(self.normalizer, dtype=dtype)
 
     def _gradient_rows(self, xp, dz, sum_e, t_safe, real, n_real):
         """The kernel that turns a block of rows of e into dz = (p - q) / N in place, for
@@ -238,6 +259,13 @@ def _compiled_statistics(z, dz, row_max, sum_z, sum_e, t_safe, real, n_real, eps
     return statistics
 
 
+def _device_scalar(value) -> bool:
+    """A 0-d floating-point device array (a NumPy scalar is checked as a number, a 0-d NumPy
+    array is made one first): a normalizer whose value is not read."""
+    return (backend.is_array(value) and not isinstance(value, numbers.Number)
+            and value.ndim == 0 and value.dtype.kind == "f")
+
+
 def cross_entropy(logits, targets, label_smoothing=0.0, ignore_index=None, normalizer=None):
     """Mean over real tokens of -Σ_v q_v log softmax(logits)_v, q the smoothed one-hot target.
 
@@ -245,7 +273,8 @@ def cross_entropy(logits, targets, label_smoothing=0.0, ignore_index=None, norma
     logits' device) -> a 0-d Tensor. Targets equal to ``ignore_index`` (e.g. the padding id)
     are left out of the mean and get zero gradient. With ``normalizer`` (a positive number)
     the sum over real tokens is divided by it instead of by their count: a batch's share of
-    the mean over a whole training step, given the step's target tokens.
+    the mean over a whole training step, given the step's target tokens. A 0-d float array
+    (on the logits' device) is taken as it is, unread: a captured step's count.
     """
     targets = Tensor(on_device_of(logits, targets))  # a Tensor: kept as integers
     return CrossEntropy(label_smoothing, ignore_index, normalizer)(logits, targets)

@@ -2,16 +2,18 @@
 
 A training step on the GPU is three graphs and two reads on the host:
 
-1. per batch, keyed by its shape (B, S, T): forward, label-smoothed loss, backward. The
-   gradients add into one flat buffer of static gradients (``p.grad`` are views of it), so
-   the steps' graphs share them and ``accumulate`` batches sum as the eager step does; the
-   batch's token loss is a static 0-d output, which the host reads (``loss.item()`` in the
-   eager step): the finiteness check of the loss stays outside the graph;
-2. one graph for every shape: the gradients divided by the step's target tokens (a 0-d
-   device array, since the count varies), and each parameter's squared norm into a static
-   vector, which the host reads and sums as ``clip_grad_norm`` does: the check of the norm,
-   and the choice to clip, stay outside too, so a non-finite step is refused before any
-   update, as in the eager step;
+1. per batch, keyed by its shape (B, S, T): forward, label-smoothed loss, backward. As in the
+   eager step, the loss is the batch's summed token loss over the step's target tokens
+   (``cross_entropy``'s ``normalizer``, here a 0-d device array, since the count varies);
+   the gradients add into one flat buffer of static gradients (``p.grad`` are views of it),
+   so the steps' graphs share them and ``accumulate`` batches sum to the step's mean as the
+   eager step's do; the batch's loss is a static 0-d output, which the host reads
+   (``loss.item()`` in the eager step): the finiteness check of the loss stays outside the
+   graph;
+2. one graph for every shape: each parameter's squared norm into a static vector, which the
+   host reads and sums as ``clip_grad_norm`` does: the check of the norm, and the choice to
+   clip, stay outside too, so a non-finite step is refused before any update, as in the
+   eager step;
 3. one graph: the clipping factor (1 when not clipping; ×1 changes no bit) and Adam, whose
    step size and ε̂ (they change every step) come from 0-d device arrays.
 
@@ -79,7 +81,7 @@ class GraphedTraining:
                              f"{sorted(map(str, dtypes))}; cast the model to one dtype.")
         xp, dtype = params[0].xp, params[0].dtype
         self.batches = GraphCache(self.device, max_graphs, evict=False)
-        self.tails = GraphCache(self.device, 2)  # the scaling and the update
+        self.tails = GraphCache(self.device, 2)  # the norm and the update
         # every gradient is a view of one flat buffer: zeroed with one kernel
         self.flat_grad = xp.zeros(sum(p.data.size for p in params), dtype=dtype)
         self.grads, offset = [], 0
@@ -88,7 +90,7 @@ class GraphedTraining:
             offset += p.data.size
         self.squares = xp.zeros(len(params), dtype=dtype)   # each parameter's |g|², (P,)
         # 0-d device scalars of what changes from step to step
-        self.inv_tokens, self.clip_scale, self.step_size, self.eps_hat = (
+        self.step_tokens, self.clip_scale, self.step_size, self.eps_hat = (
             xp.zeros((), dtype=dtype) for _ in range(4))
         self._arrays = self._identities()
 
@@ -108,9 +110,10 @@ class GraphedTraining:
         for p, g in zip(self.optimizer.params, self.grads, strict=True):
             p.grad = g
 
-    def forward_backward(self, batch: Any) -> float:
+    def forward_backward(self, batch: Any, step_tokens: int) -> float:
         """Forward, loss and backward of ``batch`` (a host Batch), its gradients added to the
-        static ones: its summed token loss, read on the host."""
+        static ones: its summed token loss over ``step_tokens`` (the target tokens of the
+        whole step), read on the host."""
         config = self.model.config
         _check_ids(batch.src, config.src_vocab_size, "source")
         _check_ids(batch.tgt_in, config.tgt_vocab_size, "target")
@@ -118,28 +121,25 @@ class GraphedTraining:
         inputs = tuple(backend.to_device(a, self.device)
                        for a in (batch.src, batch.tgt_in, batch.tgt_out))
         dtype = self.flat_grad.dtype
-        n_tokens = backend.get_backend(self.device).xp.asarray(batch.n_tgt_tokens, dtype=dtype)
+        self.step_tokens.fill(step_tokens)
         key = ("batch", tuple(a.shape for a in inputs), str(dtype))
-        token_loss = self.batches(key, self._forward_backward, (*inputs, n_tokens))
-        return float(token_loss)
+        share = self.batches(key, self._forward_backward, (*inputs, self.step_tokens))
+        return float(share)
 
-    def _forward_backward(self, src: Any, tgt_in: Any, tgt_out: Any, n_tokens: Any) -> Any:
+    def _forward_backward(self, src: Any, tgt_in: Any, tgt_out: Any, step_tokens: Any) -> Any:
         logits = self.model(src, tgt_in)                                  # (B, T, V)
-        loss = F.cross_entropy(logits, tgt_out, self.label_smoothing,
-                               ignore_index=self.model.config.pad_id)
-        token_loss = loss * Tensor(n_tokens)                              # a sum over tokens
-        token_loss.backward()
-        return token_loss.data
+        share = F.cross_entropy(logits, tgt_out, self.label_smoothing,
+                                ignore_index=self.model.config.pad_id, normalizer=step_tokens)
+        share.backward()
+        return share.data
 
-    def gradient_norm(self, n_tokens: int) -> float:
-        """Divide the summed gradients by the step's ``n_tokens``; their global L2 norm, as
-        ``clip_grad_norm`` sums it (parameter by parameter, in Python floats)."""
-        self.inv_tokens.fill(1.0 / n_tokens)
-        squares = self.tails(("scale", str(self.flat_grad.dtype)), self._scale, ())
+    def gradient_norm(self) -> float:
+        """The step's gradients' global L2 norm, as ``clip_grad_norm`` sums it (parameter by
+        parameter, in Python floats)."""
+        squares = self.tails(("norm", str(self.flat_grad.dtype)), self._squares, ())
         return math.sqrt(sum(float(s) for s in backend.to_numpy(squares).tolist()))
 
-    def _scale(self) -> Any:
-        self.flat_grad *= self.inv_tokens
+    def _squares(self) -> Any:
         for i, g in enumerate(self.grads):
             self.squares[i] = backend.get_array_module(g).vdot(g.ravel(), g.ravel())
         return self.squares

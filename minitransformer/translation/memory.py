@@ -40,11 +40,10 @@ hypotheses, whose logits (B·n, L, V) often dominate.
 scratch buffer of the largest parameter; for the largest batch of the run, the arrays the
 forward keeps for the backward (per encoder layer 8·B·S·C + B·S·F + H·B·S² floats and two
 dropout masks; per decoder layer 12·B·T·C + 2·B·S·C + B·T·F + H·B·T·(T + S), three masks;
-the embeddings), and the logits, the loss's gradient and its copy times the batch's tokens,
-3·B·T·V; then, on the host, averaging the last checkpoints (one step checkpoint read whole,
-3·P·f, beside float64 sums, 2·P·f), which is more than writing one (3·P·f of copies). All
-gradients are counted as if they existed at the start of the backward, when the activations
-are all still there.
+the embeddings), and the logits and the loss's gradient, 2·B·T·V; then, on the host,
+averaging the last checkpoints (one step checkpoint read whole, 3·P·f, beside float64 sums,
+2·P·f), which is more than writing one (3·P·f of copies). All gradients are counted as if
+they existed at the start of the backward, when the activations are all still there.
 
 **Averaging** (``checkpoint.average_checkpoints``) reads the checkpoints one at a time into
 float64 sums: the largest file's arrays and its largest array again (reading, checking),
@@ -61,18 +60,22 @@ estimate (MiB):
         32 sentences, beam 16                                            347    357
     base model (V 8,000), 16 sentences of 30 tokens, beam 4 (four runs)  195    196
     aligning 128 hypotheses of 80 tokens, small model                    498    498
-    training step beyond the parameters, tiny, B 160 S 22 T 25           82.6   83.4
-        small, B 100 S 40 T 40 (4,000 tokens)                            880    885
-        small, B 40 S 100 T 100                                          912    918
-        base, B 50 S 40 T 40                                            1456   1613
+    training step beyond the parameters, tiny (V 1,000), B 160 S 22 T 25  67.9   68.1
+        small, B 100 S 40 T 40 (4,000 tokens)                            746    763
+        small, B 40 S 100 T 100                                          779    796
+        base, B 50 S 40 T 40                                            1380   1552
     averaging 5 step checkpoints of the small model                      147    153
         2 of the base model                                              925    936
 
-The estimates are 0.05 to 11 % above the measured peaks (the most for the base model's step,
+The training rows are the trainer's step since 19502cb (each batch's loss divided by the
+step's tokens in the loss, no copy of its gradient times the batch's tokens), measured on the
+2-core Zen 5 EPYC with one thread, the logits held through the backward as the trainer holds
+them, each in a fresh process after a tiny model's step had loaded the compiled kernels. The
+estimates are 0.05 to 12 % above the measured peaks (the most for the base model's step,
 whose gradients are counted whole from the start of the backward), none below; the threads'
 interleaving moves a decoding peak by up to 2 %. A training step's first peak includes the
-workspace's blocks for the (B·T, V) arrays, which later steps reuse: 880 MiB for the small
-model's first step, 511 MiB for its second. The interpreter and the libraries (a few hundred
+workspace's blocks for the (B·T, V) arrays, which later steps reuse: 746 MiB for the small
+model's first step, 500 MiB for its second. The interpreter and the libraries (a few hundred
 MiB) are not counted: they are spent before any estimate is made.
 """
 
@@ -306,7 +309,7 @@ class TrainingPeak:
 def step_bytes(config: Any, batch: int, source_len: int, target_len: int,
                itemsize: int = 4) -> int:
     """Bytes of one forward and backward of a batch (B, S) -> (B, T): what the forward keeps
-    for the backward, and the logits with the loss's softmax and its gradient (B·T, V), then
+    for the backward, and the logits and the loss's gradient (B·T, V), then
     the output projection's gradients (B·T, C) and (V, C). (The parameters' gradients are
     counted whole by ``training_peak``, as if all existed at the start of the backward.)"""
     B, S, T, f = batch, source_len, target_len, itemsize
@@ -319,7 +322,7 @@ def step_bytes(config: Any, batch: int, source_len: int, target_len: int,
     decoder = N * ((12 * Nt * C + 2 * Ns * C + Nt * F + H * B * T * (T + S) + 3 * Nt) * f
                    + 3 * Nt * C + 5 * (C + 1) * C * f)
     masks = B * T * T + B * S
-    loss = 3 * Nt * V * f + 4 * Nt * 8 + (Nt + V) * C * f
+    loss = 2 * Nt * V * f + 4 * Nt * 8 + (Nt + V) * C * f
     return embeddings + encoder + decoder + masks + loss + BLOCK_SCRATCH
 
 

@@ -517,7 +517,7 @@ class Trainer:
             # N processes draw the masks one process would draw for the same batches
             backend.manual_seed((c.seed * 1_000_003 + state["step"]) * seeds_per_step + i)
             if graphs is not None:  # the same, in a graph of the batch's shape
-                loss_sum += graphs.forward_backward(batch)
+                loss_sum += graphs.forward_backward(batch, n_tokens)
                 continue
             logits = self.model(batch.src, batch.tgt_in)
             # the batch's summed token loss over the step's tokens: its share of the step's
@@ -526,20 +526,19 @@ class Trainer:
             share = F.cross_entropy(logits, batch.tgt_out, c.label_smoothing,
                                     ignore_index=self.model.config.pad_id, normalizer=n_tokens)
             share.backward()
-            loss_sum += share.item() * n_tokens
+            loss_sum += share.item()
         # the step's loss, summed over the processes, rank 0's clock, and whether any process
         # was asked to stop: all of them stop after this same step
         clock = time.perf_counter() - self._started if comm.rank == 0 else 0.0
         asked = float(self.stop_reason is not None)
-        loss_sum, state["elapsed"], asked = allreduce_scalars([loss_sum, clock, asked], comm)
-        mean_loss = loss_sum / n_tokens
+        mean_loss, state["elapsed"], asked = allreduce_scalars([loss_sum, clock, asked], comm)
         if not math.isfinite(mean_loss):
             raise TrainingError(
                 f"the loss became {mean_loss} at step {state['step'] + 1} (epoch "
                 f"{state['epoch']}), so training stopped with the last good checkpoint in "
                 f"{self.checkpoints} untouched: lower --lr-scale or set --clip-norm.")
         if graphs is not None:  # clipping waits for the update's graph
-            grad_norm = graphs.gradient_norm(n_tokens)
+            grad_norm = graphs.gradient_norm()
         else:  # every process: the gradient of the step's mean token loss
             allreduce_gradients(self.optimizer.params, comm)
             grad_norm = clip_grad_norm(self.optimizer.params, c.clip_norm)

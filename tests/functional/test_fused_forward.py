@@ -185,8 +185,7 @@ def test_cross_entropy_matches_a_loop(device, eps, ignore_index):
 @pytest.mark.parametrize("normalizer", [1, 7, 2.5])
 def test_cross_entropy_with_a_normalizer_divides_the_sum_by_it(device, eps, normalizer):
     """A batch's share of a step's mean: the summed loss of its real tokens over the number
-    given, and its gradient the plain mean's times (real tokens / normalizer), made in forward
-    with dout = 1 as the mean's is."""
+    given, and its gradient the plain mean's times (real tokens / normalizer)."""
     logits, targets = normal(2, 3, 5), RNG.integers(1, 5, size=(2, 3))
     targets[1, 2] = 0                                                   # 5 real tokens
     mean_z, share_z = on(device, logits, grad=True), on(device, logits, grad=True)
@@ -198,6 +197,40 @@ def test_cross_entropy_with_a_normalizer_divides_the_sum_by_it(device, eps, norm
     np.testing.assert_allclose(host(share_z.grad), host(mean_z.grad) * 5 / normalizer,
                                rtol=1e-5, atol=1e-7)
     assert not host(share_z.grad)[1, 2].any()                           # ignored: no gradient
+
+
+def test_cross_entropy_takes_its_normalizer_as_a_number_or_a_0d_array(device):
+    """Python and NumPy numbers, a 0-d NumPy array (checked as a number) and a 0-d float array
+    on the logits' device (a captured step's count, used unread) divide alike."""
+    logits, targets = normal(3, 5), np.array([1, 2, 4])
+    device_count = mt.tensor(np.array(6.0), device=device).data
+    losses = [F.cross_entropy(on(device, logits), targets, normalizer=n).item()
+              for n in (6, 6.0, np.int64(6), np.float32(6), np.array(6), device_count)]
+    np.testing.assert_allclose(losses, losses[0], rtol=1e-7)
+    np.testing.assert_allclose(losses[0], F.cross_entropy(logits, targets).item() / 2,
+                               rtol=1e-7)
+    with pytest.raises(ValueError, match="normalizer must be a positive number"):
+        F.cross_entropy(on(device, logits), targets, normalizer=np.array(0))
+
+
+def test_cross_entropy_refuses_a_normalizer_its_dtype_cannot_hold():
+    logits = mt.tensor(normal(3, 5).astype(np.float16))
+    with pytest.raises(ValueError, match=r"normalizer 100000 overflows the logits' float16"):
+        F.cross_entropy(logits, [1, 2, 4], normalizer=100_000)
+
+
+def test_a_captured_loss_takes_its_normalizer_from_the_device_not_the_host(device,
+                                                                          monkeypatch):
+    """A number would be fixed in the graph (CUDA copies it once, at capture): refused."""
+    import minitransformer.functional.loss as loss_module
+    monkeypatch.setattr(loss_module, "is_capturing", lambda: True)
+    logits = on(device, normal(3, 5))
+    with pytest.raises(ValueError, match=r"captured step needs its normalizer as a 0-d array"):
+        F.cross_entropy(logits, np.array([1, 2, 4]), normalizer=6)
+    if device != "cpu":  # a device's 0-d array: used unread
+        count = mt.tensor(np.array(6.0), device=device).data
+        targets = mt.tensor(np.array([1, 2, 4]), device=device)
+        F.cross_entropy(logits, targets, normalizer=count)
 
 
 def test_cross_entropy_ignored_rows_with_infinite_logits_count_for_nothing(device):

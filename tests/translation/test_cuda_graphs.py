@@ -112,7 +112,7 @@ def test_a_new_shape_runs_eagerly_then_is_captured(tmp_path, graph_device):
                               "not kept": 0}
     assert sorted(key[1][0] for key in batches.graphs) == [(3, 7), (4, 6)]  # src shapes
     assert batches.fallbacks == {}
-    # the scaling and the update are one graph each, whatever the batch's shape
+    # the norm and the update are one graph each, whatever the batch's shape
     assert graphed.graphs.tails.counts == {"eager": 2, "captured": 2, "replayed": 8,
                                            "dropped": 0, "not kept": 0}
 

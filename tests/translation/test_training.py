@@ -433,21 +433,25 @@ def test_a_step_backpropagates_each_batch_with_dout_1_into_the_mean_gradient(tmp
         if hasattr(module, "p"):
             module.p = 0.0
     params = trainer.optimizer.params
+    token_sum = 0.0
     for batch in group:                     # the reference: token sums, then their mean
         logits = trainer.model(batch.src, batch.tgt_in)
         loss = F.cross_entropy(logits, batch.tgt_out, trainer.config.label_smoothing,
                                ignore_index=trainer.model.config.pad_id)
-        (loss * batch.n_tgt_tokens).backward()
+        token_loss = loss * batch.n_tgt_tokens
+        token_loss.backward()
+        token_sum += token_loss.item()
     n_tokens = sum(b.n_tgt_tokens for b in group)
     expected = [p.grad / n_tokens for p in params]
     douts = []
     backward = CrossEntropy.backward
     monkeypatch.setattr(CrossEntropy, "backward",
                         lambda self, dout: (douts.append(float(dout)), backward(self, dout))[1])
-    trainer._step(group)
+    record = trainer._step(group)
     assert douts == [1.0, 1.0, 1.0]
     for p, g in zip(params, expected, strict=True):
         np.testing.assert_allclose(p.grad, g, rtol=1e-4, atol=1e-7)
+    assert record["loss"] == pytest.approx(token_sum / n_tokens, rel=1e-6)
 
 
 def _step_without_dropout(trainer, group):
