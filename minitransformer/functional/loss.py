@@ -67,18 +67,8 @@ class CrossEntropy(Function):
                                          or not isinstance(ignore_index, numbers.Integral)):
             raise ValueError(f"cross_entropy: ignore_index must be a class id (an integer, e.g. "
                              f"the padding id) or None, got {ignore_index!r}.")
-        host = backend.get_backend("cpu").xp
-        if isinstance(normalizer, host.ndarray) and normalizer.ndim == 0:
-            normalizer = normalizer.item()  # a host array's value is checked as a number's
-        if normalizer is not None and not _device_scalar(normalizer) and (
-                isinstance(normalizer, bool) or not isinstance(normalizer, numbers.Real)
-                or not 0 < normalizer < math.inf):
-            raise ValueError(f"cross_entropy: normalizer must be a positive number (the count "
-                             f"of tokens the summed loss is divided by, e.g. a training step's "
-                             f"target tokens), a 0-d float array of one, or None, got "
-                             f"{normalizer!r}.")
         self.eps, self.ignore_index = float(label_smoothing), ignore_index
-        self.normalizer = normalizer
+        self.normalizer = _checked_normalizer(normalizer)
 
     def forward(self, logits, targets):
         xp = backend.get_array_module(logits)
@@ -157,14 +147,21 @@ class CrossEntropy(Function):
         if self.normalizer is None:
             return xp.maximum(real.sum(), 1).astype(dtype)
         if _device_scalar(self.normalizer):
+            if backend.get_array_module(self.normalizer) is not xp:
+                raise ValueError(f"cross_entropy: the normalizer array lies on "
+                                 f"{backend.device_of(self.normalizer)}, the logits on "
+                                 f"{backend.device_of(real)}; give it on the logits' device.")
             return xp.asarray(self.normalizer).astype(dtype)
         if is_capturing():
             raise ValueError("cross_entropy: a captured step needs its normalizer as a 0-d "
                              "array on the device, which the host fills before each replay; "
                              f"a number ({self.normalizer!r}) would be fixed in the graph.")
-        if float(self.normalizer) > float(xp.finfo(dtype).max):
-            raise ValueError(f"cross_entropy: normalizer {self.normalizer!r} overflows the "
-                             f"logits' {dtype}; compute the loss in float32.")
+        info = xp.finfo(dtype)
+        if not float(info.tiny) <= float(self.normalizer) <= float(info.max):
+            raise ValueError(f"cross_entropy: normalizer {self.normalizer!r} is outside the "
+                             f"range of the logits' {dtype} ({float(info.tiny):g} to "
+                             f"{float(info.max):g}); give a token count within it, or "
+                             f"compute the loss in a wider dtype.")
         return xp.asarray(self.normalizer, dtype=dtype)
 
     def _gradient_rows(self, xp, dz, sum_e, t_safe, real, n_real):
@@ -259,6 +256,28 @@ def _compiled_statistics(z, dz, row_max, sum_z, sum_e, t_safe, real, n_real, eps
     return statistics
 
 
+def _checked_normalizer(normalizer):
+    """A positive finite number (a 0-d NumPy array read as one), a 0-d float device array
+    (used unread), or None; anything else is refused."""
+    host = backend.get_backend("cpu").xp
+    if isinstance(normalizer, host.ndarray) and normalizer.ndim == 0 \
+            and normalizer.dtype.kind in "iuf":
+        normalizer = normalizer.item()  # a host array's value is checked as a number's
+    if normalizer is None or _device_scalar(normalizer):
+        return normalizer
+    if isinstance(normalizer, numbers.Real) and not isinstance(normalizer, bool | host.bool_):
+        try:
+            value = float(normalizer)
+        except OverflowError:  # an integer past any float
+            value = math.inf
+        if 0 < value < math.inf:
+            return normalizer
+    raise ValueError(f"cross_entropy: normalizer must be a positive number (the count of "
+                     f"tokens the summed loss is divided by, e.g. a training step's target "
+                     f"tokens), a 0-d float array on the logits' device, or None, got "
+                     f"{normalizer!r}.")
+
+
 def _device_scalar(value) -> bool:
     """A 0-d floating-point device array (a NumPy scalar is checked as a number, a 0-d NumPy
     array is made one first): a normalizer whose value is not read."""
@@ -274,7 +293,8 @@ def cross_entropy(logits, targets, label_smoothing=0.0, ignore_index=None, norma
     are left out of the mean and get zero gradient. With ``normalizer`` (a positive number)
     the sum over real tokens is divided by it instead of by their count: a batch's share of
     the mean over a whole training step, given the step's target tokens. A 0-d float array
-    (on the logits' device) is taken as it is, unread: a captured step's count.
+    on a GPU is taken as it is, unread: a captured step's count (a NumPy one is checked as a
+    number).
     """
     targets = Tensor(on_device_of(logits, targets))  # a Tensor: kept as integers
     return CrossEntropy(label_smoothing, ignore_index, normalizer)(logits, targets)

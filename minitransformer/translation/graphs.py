@@ -164,7 +164,7 @@ class GraphedTraining:
         self.optimizer.update(self.step_size, self.eps_hat)
 
     def summary(self) -> dict[str, Any]:
-        return {"batches": self.batches.summary(), "scaling and update": self.tails.summary()}
+        return {"batches": self.batches.summary(), "norm and update": self.tails.summary()}
 
 
 def _check_ids(ids: Any, vocab_size: int, side: str, ignore: int | None = None) -> None:

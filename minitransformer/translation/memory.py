@@ -49,9 +49,9 @@ they existed at the start of the backward, when the activations are all still th
 float64 sums: the largest file's arrays and its largest array again (reading, checking),
 plus 2 bytes for each byte of the model's.
 
-Measured with ``tracemalloc`` (NumPy reports its arrays to it) on the 2-core Xeon, two
-threads, random weights whose hypotheses never end (the longest search), peak against
-estimate (MiB):
+Measured with ``tracemalloc`` (NumPy reports its arrays to it), peak against estimate (MiB);
+decoding and averaging on the 2-core Xeon, two threads, random weights whose hypotheses never
+end (the longest search), training as said below the table:
 
     decoding, tiny model (V 1,000), 256 sentences of 25 tokens, beam 4    66.2   69.2
         the same, greedy                                                  19.5   20.6

@@ -215,8 +215,12 @@ def test_cross_entropy_takes_its_normalizer_as_a_number_or_a_0d_array(device):
 
 def test_cross_entropy_refuses_a_normalizer_its_dtype_cannot_hold():
     logits = mt.tensor(normal(3, 5).astype(np.float16))
-    with pytest.raises(ValueError, match=r"normalizer 100000 overflows the logits' float16"):
+    with pytest.raises(ValueError, match=r"normalizer 100000 is outside the range of the "
+                                         r"logits' float16 \(6.10352e-05 to 65504\)"):
         F.cross_entropy(logits, [1, 2, 4], normalizer=100_000)
+    with pytest.raises(ValueError, match=r"normalizer 1e-50 is outside the range of the "
+                                         r"logits' float32"):
+        F.cross_entropy(mt.tensor(normal(3, 5).astype(np.float32)), [1, 2, 4], normalizer=1e-50)
 
 
 def test_a_captured_loss_takes_its_normalizer_from_the_device_not_the_host(device,
@@ -227,10 +231,13 @@ def test_a_captured_loss_takes_its_normalizer_from_the_device_not_the_host(devic
     logits = on(device, normal(3, 5))
     with pytest.raises(ValueError, match=r"captured step needs its normalizer as a 0-d array"):
         F.cross_entropy(logits, np.array([1, 2, 4]), normalizer=6)
-    if device != "cpu":  # a device's 0-d array: used unread
+    if device != "cpu":  # a device's 0-d array: used unread, on the logits' device only
         count = mt.tensor(np.array(6.0), device=device).data
         targets = mt.tensor(np.array([1, 2, 4]), device=device)
         F.cross_entropy(logits, targets, normalizer=count)
+        with pytest.raises(ValueError, match=rf"normalizer array lies on {device}, the "
+                                             r"logits on cpu; give it on the logits' device"):
+            F.cross_entropy(on("cpu", normal(3, 5)), np.array([1, 2, 4]), normalizer=count)
 
 
 def test_cross_entropy_ignored_rows_with_infinite_logits_count_for_nothing(device):
@@ -381,6 +388,7 @@ def test_cross_entropy_names_bad_targets_shapes_and_smoothing():
     for eps in (1.0, -0.1):
         with pytest.raises(ValueError, match="label_smoothing"):
             F.cross_entropy(logits, [[0, 1, 2], [3, 4, 0]], label_smoothing=eps)
-    for normalizer in (0, -3, float("nan"), float("inf"), True, "12"):
+    for normalizer in (0, -3, float("nan"), float("inf"), True, "12", 10**400,
+                       np.array(None, dtype=object), np.array(True), np.ones(2)):
         with pytest.raises(ValueError, match=r"normalizer must be a positive number"):
             F.cross_entropy(logits, [[0, 1, 2], [3, 4, 0]], normalizer=normalizer)

@@ -105,6 +105,21 @@ def test_a_replayed_training_step_gives_the_eager_loss_and_parameters(tmp_path, 
     assert graphed.graphs.batches.counts["replayed"] == 2  # steps 3 and 6 replay a graph
 
 
+def test_a_step_of_two_batches_divides_by_the_step_s_tokens_in_the_graph_too(tmp_path,
+                                                                            graph_device):
+    """Each batch's loss over the step's tokens (not its own): two batches of one shape and
+    different token counts a step, the second captured, then both replayed."""
+    eager, graphed = trainer(tmp_path / "eager", False), trainer(tmp_path / "graphed", True)
+    V = eager.model.config.src_vocab_size
+    for step in range(3):
+        group = [batch(10 + 2 * step + k, 4, 6, 5, V) for k in range(2)]
+        assert group[0].n_tgt_tokens != group[1].n_tgt_tokens or step > 0
+        records = [t._step(group) for t in (eager, graphed)]
+        assert same(records[1]["loss"], records[0]["loss"], graph_device)
+        assert same(records[1]["grad_norm"], records[0]["grad_norm"], graph_device)
+    assert graphed.graphs.batches.counts["replayed"] == 4
+
+
 def test_a_new_shape_runs_eagerly_then_is_captured(tmp_path, graph_device):
     steps, graphed = train_both(tmp_path)
     batches = graphed.graphs.batches
