@@ -22,7 +22,8 @@ bytes allocated during the case beyond those before it:
               is far smaller)
     train     the trainer's step (dropout on, the logits held through the backward, each
               batch's loss over the step's tokens, Adam made and stepped); the first step of
-              the model, whose peak includes the workspace's blocks for the (B·T, V) arrays;
+              the model, whose peak includes the workspace's blocks for the (B·T, V) arrays
+              (the second step's peak, which reuses them, is recorded beside it);
               estimate ``training_peak``'s state and step, less the parameters (there before)
     average   ``average_checkpoints`` of step checkpoints (model and Adam) written beforehand,
               after one call that loads the zip reader; estimate ``averaging_bytes``
@@ -104,6 +105,7 @@ def measure(name: str) -> dict:
     del warm
     config = TransformerConfig.named(config_name, vocab)
     model = Transformer(config)
+    extra: dict = {}
     if job == "decode":
         from minitransformer.translation.decode import beam_search, greedy_decode
 
@@ -128,6 +130,9 @@ def measure(name: str) -> dict:
         src, tgt_in, tgt_out = (rng.integers(4, vocab, shape) for shape in
                                 ((B, S), (B, T), (B, T)))
         measured = peak_bytes(lambda: train_step(model, src, tgt_in, tgt_out))
+        for p in model.parameters():
+            p.grad = None
+        extra["second_step_bytes"] = peak_bytes(lambda: train_step(model, src, tgt_in, tgt_out))
         peak = memory.training_peak(config, [(B, S, T)])
         estimate = peak.state + peak.step - memory.parameter_count(config) * 4
     else:  # average
@@ -146,7 +151,7 @@ def measure(name: str) -> dict:
             measured = peak_bytes(lambda: average_checkpoints(paths))
             estimate = memory.averaging_bytes(paths)
     return {"case": name, "job": job, "config": config_name, "measured_bytes": measured,
-            "estimate_bytes": estimate}
+            "estimate_bytes": estimate, **extra}
 
 
 def table(results: list[dict], info: dict) -> str:
@@ -160,6 +165,10 @@ def table(results: list[dict], info: dict) -> str:
         flag = "" if ratio >= 1 else " **below**"
         lines.append(f"| {r['case']} | {r['measured_bytes'] / MiB:.1f} | "
                      f"{r['estimate_bytes'] / MiB:.1f} | {ratio:.3f}{flag} |")
+    seconds = [f"{r['case']}: {r['second_step_bytes'] / MiB:.1f} MiB" for r in results
+               if "second_step_bytes" in r]
+    if seconds:
+        lines += ["", "A second step, the workspace's blocks reused: " + "; ".join(seconds) + "."]
     return "\n".join(lines) + "\n"
 
 
