@@ -49,17 +49,19 @@ they existed at the start of the backward, when the activations are all still th
 float64 sums: the largest file's arrays and its largest array again (reading, checking),
 plus 2 bytes for each byte of the model's.
 
-Measured with ``tracemalloc`` (NumPy reports its arrays to it), peak against estimate (MiB);
-decoding and averaging on the 2-core Xeon, two threads, random weights whose hypotheses never
-end (the longest search), training as said below the table:
+Measured with ``tracemalloc`` (NumPy reports its arrays to it) by ``bench/memory_estimates.py``,
+each case in a fresh process with one thread, peak against estimate (MiB), on the 2-core Zen 5
+EPYC at 4e507fc (``bench/results/memory_estimates.epyc-4e507fc.md``). Decoding runs random
+weights whose hypotheses never end (the longest search); training is the trainer's step (its
+loss over the step's tokens, the logits held through the backward):
 
-    decoding, tiny model (V 1,000), 256 sentences of 25 tokens, beam 4    66.2   69.2
-        the same, greedy                                                  19.5   20.6
-    small model (V 8,000), 128 sentences of 30 tokens, beam 4            369    376
-        256 sentences, greedy (four runs: 224 to 228)                    228    231
-        32 sentences, beam 16                                            347    357
-    base model (V 8,000), 16 sentences of 30 tokens, beam 4 (four runs)  195    196
-    aligning 128 hypotheses of 80 tokens, small model                    498    498
+    decoding, tiny model (V 1,000), 256 sentences of 25 tokens, beam 4    66.8   69.4
+        the same, greedy                                                  16.0   17.8
+    small model (V 8,000), 128 sentences of 30 tokens, beam 4            383    397
+        256 sentences, greedy                                            208    224
+        32 sentences, beam 16                                            363    377
+    base model (V 8,000), 16 sentences of 30 tokens, beam 4              309    314
+    aligning 128 hypotheses of 80 tokens, small model                    496    521
     training step beyond the parameters, tiny (V 1,000), B 160 S 22 T 25  67.9   68.1
         small, B 100 S 40 T 40 (4,000 tokens)                            746    763
         small, B 40 S 100 T 100                                          779    796
@@ -67,16 +69,13 @@ end (the longest search), training as said below the table:
     averaging 5 step checkpoints of the small model                      147    153
         2 of the base model                                              925    936
 
-The training rows are the trainer's step since 19502cb (each batch's loss divided by the
-step's tokens in the loss, no copy of its gradient times the batch's tokens), measured on the
-2-core Zen 5 EPYC with one thread, the logits held through the backward as the trainer holds
-them, each in a fresh process after a tiny model's step had loaded the compiled kernels. The
-estimates are 0.05 to 12 % above the measured peaks (the most for the base model's step,
-whose gradients are counted whole from the start of the backward), none below; the threads'
-interleaving moves a decoding peak by up to 2 %. A training step's first peak includes the
-workspace's blocks for the (B·T, V) arrays, which later steps reuse: 746 MiB for the small
-model's first step, 500 MiB for its second. The interpreter and the libraries (a few hundred
-MiB) are not counted: they are spent before any estimate is made.
+The estimates are 0.3 to 12 % above the measured peaks (the most for the base model's step,
+whose gradients are counted whole from the start of the backward), none below. With more than
+one core a batch is decoded in shares on worker processes, whose arrays one process's
+tracemalloc does not see, so the script measures with one. A training step's first peak
+includes the workspace's blocks for the (B·T, V) arrays, which later steps reuse: 746 MiB for
+the small model's first step, 500 MiB for its second. The interpreter and the libraries (a few
+hundred MiB) are not counted: they are spent before any estimate is made.
 """
 
 from __future__ import annotations
