@@ -1,35 +1,40 @@
-"""The memory estimates against the peaks the code really reaches: decoding, aligning, training
-and averaging checkpoints (``minitransformer/translation/memory.py``, whose table this makes).
+"""memory.py's estimates against the peaks the code really reaches, case by case.
+
+Decoding, aligning, training and averaging checkpoints: every row of the table in
+``minitransformer/translation/memory.py``'s docstring.
 
     python bench/memory_estimates.py               # every case (about a minute)
     python bench/memory_estimates.py --only train  # the cases whose names begin so
+    python bench/memory_estimates.py --only "decode small" align
 
 writes bench/results/memory_estimates.<machine>.{json,md}.
 
 Each case runs in a fresh process, with one thread (one worker: a batch is decoded in one
 share, in this process, where tracemalloc sees every array; with more cores the estimate sums
 the shares over the worker processes that decode them, which one process cannot measure). A
-process first runs a step of a tiny model, so that loading the compiled kernels is not
-counted, then measures with ``tracemalloc`` (NumPy reports its arrays to it) the peak of the
-bytes allocated during the case beyond those before it:
+process first runs a tiny model's training step, greedy search, beam search and alignment, so
+that loading the compiled kernels is not counted, then measures with ``tracemalloc`` (NumPy
+reports its arrays to it) the peak of the bytes allocated during the case beyond those before
+it, the case's model freshly made:
 
     decode    random weights, sources of random ids, an end-of-sentence id no step emits:
-              every hypothesis runs to its limit S + 50 (the longest search); the positional
-              tables are made by one search before, as a translator's first batch makes them;
-              estimate ``decoding_bytes``
-    align     the teacher-forced pass of ``alignment.cross_attention`` over random hypotheses;
-              estimate ``decoding_bytes`` with ``alignments`` (one sentence's search beside it
-              is far smaller)
+              every hypothesis runs to its limit S + 50 (the longest search); the model's first
+              search, so its positional table and the copies of Wᵀ that small products read
+              are made inside it, as in a translator's first batch; estimate ``decoding_bytes``
+    align     the teacher-forced pass of ``alignment.cross_attention`` over random hypotheses
+              (the model's first); estimate ``decoding_bytes`` with ``alignments`` (one
+              sentence's search beside it is far smaller)
     train     the trainer's step (dropout on, the logits held through the backward, each
               batch's loss over the step's tokens, Adam made and stepped); the first step of
-              the model, whose peak includes the workspace's blocks for the (B·T, V) arrays
-              (the second step's peak, which reuses them, is recorded beside it);
-              estimate ``training_peak``'s state and step, less the parameters (there before)
+              the model, whose peak includes Adam's moments and the workspace's blocks for the
+              (B·T, V) arrays; estimate ``training_peak``'s state and step, less the parameters
+              (there before). Beside it, what a second step with the same optimizer allocates
+              anew (the moments and the workspace's blocks already held, and reused)
     average   ``average_checkpoints`` of step checkpoints (model and Adam) written beforehand,
               after one call that loads the zip reader; estimate ``averaging_bytes``
 
 An estimate below its peak would let a job start that the machine cannot hold: the table marks
-any such case, and the script exits with status 1.
+any such case, and the script exits with status 1 (2 when a case fails to run).
 """
 
 from __future__ import annotations
@@ -76,16 +81,38 @@ def peak_bytes(work) -> int:
         tracemalloc.stop()
 
 
-def train_step(model, src, tgt_in, tgt_out):
-    """One step as the trainer takes it (``training.py``): its loss over the step's tokens."""
+def train_step(model, optimizer, src, tgt_in, tgt_out):
+    """One step as the trainer takes it (``Trainer._step``): gradients cleared, the batch's
+    loss over the step's tokens, backward, Adam's update. ``optimizer`` None: made here."""
     from minitransformer import functional as F
     from minitransformer.optim import Adam
 
-    optimizer = Adam(model.parameters(), lr=1e-4)
+    optimizer = optimizer or Adam(model.parameters(), lr=1e-4)
+    optimizer.zero_grad()
     logits = model(src, tgt_in)                      # held through the backward
     loss = F.cross_entropy(logits, tgt_out, 0.1, ignore_index=0, normalizer=tgt_out.size)
     loss.backward()
     optimizer.step()
+    return optimizer
+
+
+def load_kernels() -> None:
+    """A tiny model's step, searches and alignment: the compiled kernels they call, loaded
+    before any case is measured."""
+    import numpy as np
+
+    from minitransformer.nn import Transformer, TransformerConfig
+    from minitransformer.translation.alignment import cross_attention
+    from minitransformer.translation.decode import beam_search, greedy_decode
+
+    rng = np.random.default_rng(1)
+    model = Transformer(TransformerConfig.named("tiny", 300))
+    train_step(model, None, *(rng.integers(4, 300, (8, 9)) for _ in range(3)))
+    model.eval()
+    src = rng.integers(4, 300, (4, 9))
+    greedy_decode(model, src, 2, -1, max_len=3)
+    beam_search(model, src, 2, -1, 4, max_len=3)
+    cross_attention(model, src.tolist(), src.tolist(), 2)
 
 
 def measure(name: str) -> dict:
@@ -98,11 +125,9 @@ def measure(name: str) -> dict:
 
     mt.set_num_threads(1)
     job, config_name, vocab, B, S, T = CASES[name]
+    load_kernels()
     rng = np.random.default_rng(0)
     mt.manual_seed(0)
-    warm = Transformer(TransformerConfig.named("tiny", 300))
-    train_step(warm, *(rng.integers(4, 300, (8, 9)) for _ in range(3)))  # loads the kernels
-    del warm
     config = TransformerConfig.named(config_name, vocab)
     model = Transformer(config)
     extra: dict = {}
@@ -113,7 +138,6 @@ def measure(name: str) -> dict:
         src = rng.integers(4, vocab, (B, S))
         search = ((lambda: greedy_decode(model, src, 2, -1)) if T == 1 else
                   (lambda: beam_search(model, src, 2, -1, T)))
-        greedy_decode(model, src[:1], 2, -1, max_len=2)  # the positional tables, made once
         measured = peak_bytes(search)
         estimate = memory.decoding_bytes(config, B, S, S + 50, T)
     elif job == "align":
@@ -122,17 +146,16 @@ def measure(name: str) -> dict:
         model.eval()
         sources = rng.integers(4, vocab, (B, S)).tolist()
         outputs = rng.integers(4, vocab, (B, T)).tolist()
-        cross_attention(model, sources[:1], outputs[:1], 2)  # the positional tables
         measured = peak_bytes(lambda: cross_attention(model, sources, outputs, 2))
         estimate = memory.decoding_bytes(config, 1, S, T, 1, alignments=B)
     elif job == "train":
         model.train()
         src, tgt_in, tgt_out = (rng.integers(4, vocab, shape) for shape in
                                 ((B, S), (B, T), (B, T)))
-        measured = peak_bytes(lambda: train_step(model, src, tgt_in, tgt_out))
-        for p in model.parameters():
-            p.grad = None
-        extra["second_step_bytes"] = peak_bytes(lambda: train_step(model, src, tgt_in, tgt_out))
+        made: list = []  # the optimizer, made inside the first step's count
+        measured = peak_bytes(lambda: made.append(train_step(model, None, src, tgt_in, tgt_out)))
+        extra["second_step_bytes"] = peak_bytes(
+            lambda: train_step(model, made[0], src, tgt_in, tgt_out))
         peak = memory.training_peak(config, [(B, S, T)])
         estimate = peak.state + peak.step - memory.parameter_count(config) * 4
     else:  # average
@@ -168,14 +191,17 @@ def table(results: list[dict], info: dict) -> str:
     seconds = [f"{r['case']}: {r['second_step_bytes'] / MiB:.1f} MiB" for r in results
                if "second_step_bytes" in r]
     if seconds:
-        lines += ["", "A second step, the workspace's blocks reused: " + "; ".join(seconds) + "."]
+        lines += ["", "A second step with the same optimizer (Adam's moments and the workspace's "
+                  "blocks held from the first, and reused) allocates anew: "
+                  + "; ".join(seconds) + "."]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", default=[],
-                        help="run only the cases whose names begin with one of these words")
+                        help="run only the cases whose names begin with one of these prefixes "
+                        "(quote one of several words: \"decode small\")")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # one case, in this process
     parser.add_argument("--output", help="JSON (default bench/results/memory_estimates."
                         "<machine>.json; the Markdown beside it)")
@@ -192,8 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         run = subprocess.run([sys.executable, __file__, "--case", name], capture_output=True,
                              text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
         if run.returncode != 0:
-            print(run.stderr, file=sys.stderr)
-            return run.returncode
+            print(f"{run.stderr}\ncase {name!r} failed (exit status {run.returncode}); "
+                  f"nothing written.", file=sys.stderr)
+            return 2
         results.append(json.loads(run.stdout.strip().splitlines()[-1]))
         r = results[-1]
         print(f"{name}: measured {r['measured_bytes'] / MiB:.1f} MiB, estimate "
