@@ -51,17 +51,18 @@ plus 2 bytes for each byte of the model's.
 
 Measured with ``tracemalloc`` (NumPy reports its arrays to it) by ``bench/memory_estimates.py``,
 each case in a fresh process with one thread, peak against estimate (MiB), on the 2-core Zen 5
-EPYC at 4e507fc (``bench/results/memory_estimates.epyc-4e507fc.md``). Decoding runs random
-weights whose hypotheses never end (the longest search); training is the trainer's step (its
-loss over the step's tokens, the logits held through the backward):
+EPYC at 22d5e8d (``bench/results/memory_estimates.epyc-22d5e8d.md``). Decoding runs random
+weights whose hypotheses never end (the longest search), each search its model's first (its
+positional table made inside it, as in a translator's first batch); training is the trainer's
+step (its loss over the step's tokens, the logits held through the backward):
 
-    decoding, tiny model (V 1,000), 256 sentences of 25 tokens, beam 4    66.8   69.4
-        the same, greedy                                                  16.0   17.8
-    small model (V 8,000), 128 sentences of 30 tokens, beam 4            383    397
-        256 sentences, greedy                                            208    224
-        32 sentences, beam 16                                            363    377
-    base model (V 8,000), 16 sentences of 30 tokens, beam 4              309    314
-    aligning 128 hypotheses of 80 tokens, small model                    496    521
+    decoding, tiny model (V 1,000), 256 sentences of 25 tokens, beam 4    67.0   69.4
+        the same, greedy                                                  16.2   17.8
+    small model (V 8,000), 128 sentences of 30 tokens, beam 4            385    397
+        256 sentences, greedy                                            210    224
+        32 sentences, beam 16                                            365    377
+    base model (V 8,000), 16 sentences of 30 tokens, beam 4              313    314
+    aligning 128 hypotheses of 80 tokens, small model                    498    521
     training step beyond the parameters, tiny (V 1,000), B 160 S 22 T 25  67.9   68.1
         small, B 100 S 40 T 40 (4,000 tokens)                            746    763
         small, B 40 S 100 T 100                                          779    796
@@ -70,11 +71,13 @@ loss over the step's tokens, the logits held through the backward):
         2 of the base model                                              925    936
 
 The estimates are 0.3 to 12 % above the measured peaks (the most for the base model's step,
-whose gradients are counted whole from the start of the backward), none below. With more than
+whose gradients are counted whole from the start of the backward; the least for the tiny
+model's step and the base model's beam search, 0.4 %), none below. With more than
 one core a batch is decoded in shares on worker processes, whose arrays one process's
 tracemalloc does not see, so the script measures with one. A training step's first peak
-includes the workspace's blocks for the (B·T, V) arrays, which later steps reuse: 746 MiB for
-the small model's first step, 500 MiB for its second. The interpreter and the libraries (a few
+includes Adam's moments and the workspace's blocks for the (B·T, V) arrays, which the process
+then holds and later steps reuse: the small model's first step allocates 746 MiB, its second,
+with the same optimizer, 442 MiB anew. The interpreter and the libraries (a few
 hundred MiB) are not counted: they are spent before any estimate is made.
 """
 

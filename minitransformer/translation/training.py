@@ -509,7 +509,7 @@ class Trainer:
         graphs = self.graphs  # None: the eager step
         self.optimizer.zero_grad() if graphs is None else graphs.zero_grad()
         n_tokens = sum(batch.n_tgt_tokens for batch in group)
-        mean_share = 0.0  # this process's batches' shares of the step's mean loss
+        mean_shares = 0.0  # this process's batches' shares of the step's mean loss
         seeds_per_step = max(64, c.accumulate * comm.size)  # one seed per batch, none shared
         for i in range(comm.rank, len(group), comm.size):
             batch = group[i]
@@ -517,7 +517,7 @@ class Trainer:
             # N processes draw the masks one process would draw for the same batches
             backend.manual_seed((c.seed * 1_000_003 + state["step"]) * seeds_per_step + i)
             if graphs is not None:  # the same, in a graph of the batch's shape
-                mean_share += graphs.forward_backward(batch, n_tokens)
+                mean_shares += graphs.forward_backward(batch, n_tokens)
                 continue
             logits = self.model(batch.src, batch.tgt_in)
             # the batch's summed token loss over the step's tokens: its share of the step's
@@ -526,12 +526,12 @@ class Trainer:
             share = F.cross_entropy(logits, batch.tgt_out, c.label_smoothing,
                                     ignore_index=self.model.config.pad_id, normalizer=n_tokens)
             share.backward()
-            mean_share += share.item()
+            mean_shares += share.item()
         # the step's mean loss (the processes' shares summed), rank 0's clock, and whether
         # any process was asked to stop: all of them stop after this same step
         clock = time.perf_counter() - self._started if comm.rank == 0 else 0.0
         asked = float(self.stop_reason is not None)
-        mean_loss, state["elapsed"], asked = allreduce_scalars([mean_share, clock, asked], comm)
+        mean_loss, state["elapsed"], asked = allreduce_scalars([mean_shares, clock, asked], comm)
         if not math.isfinite(mean_loss):
             raise TrainingError(
                 f"the loss became {mean_loss} at step {state['step'] + 1} (epoch "
