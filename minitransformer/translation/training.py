@@ -226,14 +226,19 @@ def check_training_memory(model_config: Any, config: TrainConfig, data: Translat
     if found is None:
         return
     need, have, where = found
-    low, high = 0, config.max_tokens - 1  # the largest max_tokens that fits, 0 if none
+    # A max_tokens that fits while the next one does not (0 if none), by bisection: the need
+    # mostly grows with max_tokens, but not always (the batches are cut elsewhere, and a
+    # smaller bound can make a batch of longer pairs that needs more), so no smaller value is
+    # promised to fit, and a larger one may (test_memory_properties.py). high + 1 is always
+    # one found not to fit.
+    low, high = 0, config.max_tokens - 1
     while low < high:
         mid = (low + high + 1) // 2
         low, high = (mid, high) if problem(mid) is None else (low, mid - 1)
     if low:
         accumulate = config.accumulate * -(-config.max_tokens // low)
-        fix = (f"give --max-tokens {low} or less (with --accumulate {accumulate} for about as "
-               f"many tokens a step), or a smaller --config")
+        fix = (f"give --max-tokens {low} (with --accumulate {accumulate} for about as many "
+               f"tokens a step), or a smaller --config")
     else:
         fix = (f"even batches of one sentence pair would not fit, so choose a smaller --config "
                f"(or drop long pairs with a lower --max-len), or {memory.free_some()}")

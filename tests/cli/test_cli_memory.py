@@ -172,7 +172,7 @@ def test_train_refuses_before_building_the_model_and_trains_with_the_max_tokens_
     assert status == 2 and out == ""
     found = re.fullmatch(r"minitransformer train: training a model of [\d,]+ parameters on "
                          r"batches of 20,000 tokens needs about .+ of memory, more than the .+ "
-                         rf"available \({LIMIT}=\d+\); give --max-tokens (\d+) or less \(with "
+                         rf"available \({LIMIT}=\d+\); give --max-tokens (\d+) \(with "
                          r"--accumulate (\d+) for about as many tokens a step\), or a smaller "
                          r"--config\.\n", one_sentence(err))
     assert found, err

@@ -328,12 +328,12 @@ def test_training_refuses_with_the_max_tokens_that_would_fit(monkeypatch, tmp_pa
     message = str(refused.value)
     assert message.startswith(f"training a model of {memory.parameter_count(config):,} "
                               "parameters on batches of 120 tokens needs about ")
-    wanted = re.search(r"give --max-tokens (\d+) or less \(with --accumulate (\d+) for about "
+    wanted = re.search(r"give --max-tokens (\d+) \(with --accumulate (\d+) for about "
                        r"as many tokens a step\), or a smaller --config\.$", message)
     assert wanted, message
     best = int(wanted[1])
     assert 60 <= best < 120 and int(wanted[2]) == -(-120 // best)
-    for max_tokens, refused in ((best, False), (best + 1, True)):  # the largest that fits
+    for max_tokens, refused in ((best, False), (best + 1, True)):  # fits, the next not
         settings = TrainConfig(max_tokens=max_tokens, max_steps=2, bleu_sentences=0)
         if refused:
             with pytest.raises(MemoryLimitError):
