@@ -278,12 +278,17 @@ def _kept(*sizes: int) -> int:
 
 
 def largest_beam(config: Any, source_len: int, output_len: int, available: int,
-                 itemsize: int = 4) -> int:
-    """The widest beam that decodes one such sentence in ``available`` bytes (0: none)."""
+                 itemsize: int = 4, gpu: bool = False) -> int:
+    """The widest beam that decodes one such sentence in ``available`` bytes (0: none), found
+    by bisection: it fits, and the next one up does not. The estimate grows with the beam up
+    to half the vocabulary; beyond, where each group of candidates becomes a single token, it
+    can fall a little (test_memory_properties.py), so there the beam named may not be the
+    widest that fits."""
     low, high = 0, config.tgt_vocab_size
-    while low < high:  # the estimate grows with the beam
+    while low < high:  # high + 1 never fits (V + 1 beams are refused anyway)
         mid = (low + high + 1) // 2
-        if decoding_bytes(config, 1, source_len, output_len, mid, 0, itemsize) <= available:
+        if decoding_bytes(config, 1, source_len, output_len, mid, 0, itemsize,
+                          gpu) <= available:
             low = mid
         else:
             high = mid - 1

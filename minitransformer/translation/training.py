@@ -206,7 +206,8 @@ def check_training_memory(model_config: Any, config: TrainConfig, data: Translat
     """Refuse a run whose peak memory (``training_memory``) exceeds what is available, before
     it allocates more; ``held`` bytes the run holds already (a built model's parameters)
     count as available on ``device``. The MemoryLimitError says how much is needed and
-    available, and the largest ``max_tokens`` that would fit, if any does."""
+    available, and a ``max_tokens`` that fits while the next one up does not (none when a
+    batch of one pair does not fit)."""
     device = device or backend.current_device()
     available = memory.available_memory(device)
     host = memory.available_memory("cpu") if device == "cuda" else None
@@ -230,7 +231,8 @@ def check_training_memory(model_config: Any, config: TrainConfig, data: Translat
     # mostly grows with max_tokens, but not always (the batches are cut elsewhere, and a
     # smaller bound can make a batch of longer pairs that needs more), so no smaller value is
     # promised to fit, and a larger one may (test_memory_properties.py). high + 1 is always
-    # one found not to fit.
+    # one found not to fit; 0 when 1 does not, whose batches (one pair each) are the smallest
+    # any bound makes.
     low, high = 0, config.max_tokens - 1
     while low < high:
         mid = (low + high + 1) // 2

@@ -272,7 +272,8 @@ def _fitting_batch_size(model: Any, longest: int, n: int, batch_size: int, beam_
     if aligned:
         search += " and aligning their hypotheses"
     if need(1) > available:
-        widest = memory.largest_beam(config, longest, L, available, f) if not aligned else 0
+        widest = memory.largest_beam(config, longest, L, available, f,
+                                     gpu=device == "cuda") if not aligned else 0
         fix = (f"give a beam of {widest} or less (--beam {widest})" if 1 <= widest < beam_size
                else memory.free_some() + (", or leave out the alignments" if aligned else ""))
         memory.check(need(1), available, f"decoding a sentence of {longest} tokens {search}",
