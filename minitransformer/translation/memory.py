@@ -72,13 +72,13 @@ step (its loss over the step's tokens, the logits held through the backward):
 
 The estimates are 0.3 to 12 % above the measured peaks (the most for the base model's step,
 whose gradients are counted whole from the start of the backward; the least for the tiny
-model's step and the base model's beam search, 0.4 %), none below. With more than
-one core a batch is decoded in shares on worker processes, whose arrays one process's
-tracemalloc does not see, so the script measures with one. A training step's first peak
-includes Adam's moments and the workspace's blocks for the (B·T, V) arrays, which the process
-then holds and later steps reuse: the small model's first step allocates 746 MiB, its second,
-with the same optimizer, 442 MiB anew. The interpreter and the libraries (a few
-hundred MiB) are not counted: they are spent before any estimate is made.
+model's step, 0.3 %, and the base model's beam search, 0.4 %), none below. With more than one
+core a batch is decoded in shares on worker processes, whose arrays one process's tracemalloc
+does not see, so the script measures with one. A training step's first peak includes Adam's
+moments and the workspace's blocks for the (B·T, V) arrays, which the process then holds and
+later steps reuse: the small model's first step allocates 746 MiB, its second, with the same
+optimizer, 442 MiB anew. The interpreter and the libraries (a few hundred MiB) are not
+counted: they are spent before any estimate is made.
 """
 
 from __future__ import annotations
