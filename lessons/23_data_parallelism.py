@@ -177,9 +177,10 @@ compare([(summed_gradient([b]), b.n_tgt_tokens) for b in alike], "equal token co
 # instead. The workers stand in a ring, each sending only to the next, and each buffer is cut
 # into $N$ chunks:
 #
-# 1. **Reduce-scatter**, $N - 1$ steps: at step $s$ worker $r$ sends its chunk
-#    $(r - s) \bmod N$ to worker $r + 1$, which adds it to its own copy of that chunk. After
-#    $N - 1$ steps, worker $r$ holds the complete sum of chunk $(r + 1) \bmod N$.
+# 1. **Reduce-scatter**, $N - 1$ steps: at step $s = 0, 1, \ldots, N - 2$ (printed below as
+#    steps 1 to $N - 1$) worker $r$ sends its chunk $(r - s) \bmod N$ to worker $r + 1$, which
+#    adds it to its own copy of that chunk. After $N - 1$ steps, worker $r$ holds the complete
+#    sum of chunk $(r + 1) \bmod N$.
 # 2. **All-gather**, $N - 1$ steps: each worker passes the complete chunks along the ring, and
 #    the receiver overwrites its copy, until every worker has every complete chunk.
 #
@@ -289,7 +290,7 @@ axis.plot(sizes, sizes - 1, "s--", color="tab:red", label="naive: worker 0, N-1"
 for i in (0, 1):                                 # the ring, the naive scheme
     axis.plot(list(table), [table[N][i].max() / B for N in table], "*", color="black",
               markersize=11, label="counted by the simulations above" if i == 0 else None)
-axis.axhline(2, color="gray", linewidth=0.8)
+axis.axhline(2, color="gray", linewidth=0.8, label="2: the ring's bound, whatever N")
 axis.set_xlabel("workers N")
 axis.set_ylabel("bytes sent / B")
 axis.set_title("Bytes sent per step by the busiest worker, in units of the gradient's size B",
@@ -307,8 +308,9 @@ plt.show()
 # With data parallelism each worker still computes a whole batch per step; what the workers
 # add is the all-reduce. If the links carry $\beta$ bytes per second, the ring costs about
 # $2 (N - 1)/N \cdot B / \beta$ seconds, plus a latency for each of its $2(N - 1)$ messages,
-# ignored here (the $\alpha$–$\beta$ model of Thakur, Rabenseifner and Gropp, 2005; latency
-# matters for small buffers like this one). Time one training step of the tiny model on a
+# ignored here (the $\alpha$–$\beta$ model of Thakur, Rabenseifner and Gropp, 2005, who write
+# $\beta$ for its inverse, the time per byte; latency matters for small buffers like this
+# one). Time one training step of the tiny model on a
 # batch of 4,000 tokens (the default of `minitransformer train`) on this machine, and ask at
 # what bandwidth the reduction would cost 10% of it:
 
@@ -335,14 +337,14 @@ for N in (2, 4, 8):
           f"{moved / (0.1 * step) / 1e6:,.0f} MB/s or more")
 
 # %% [markdown]
-# An estimate from a step timed on this machine, no more: on the 2-core machine this chapter
-# was written on the step took about 90 ms, and 35 to 60 MB/s kept the tiny model's
-# reduction under a tenth of it, which a gigabit Ethernet (125 MB/s) provides. A faster
-# machine shortens the step and raises the bandwidth needed in proportion; and for a buffer
-# this small the latency of the $2(N - 1)$ messages matters before their bandwidth does
-# (exercise 3). The same arithmetic for the paper's base model, from the paper's own numbers:
-# 8 GPUs, a step of 0.4 s, and the library's count of its parameters with a shared
-# vocabulary of 37,000 (chapter 10):
+# An estimate from a step timed on this machine, no more: a step of some tens of milliseconds on
+# two cores asks for some tens of MB/s, up to about a hundred for 8 workers, to keep the tiny
+# model's reduction under a tenth of it, which a gigabit Ethernet (125 MB/s) provides. A faster
+# machine shortens the step and raises the bandwidth needed in proportion; and for a buffer this
+# small the latency of the $2(N - 1)$ messages matters before their bandwidth does (exercise 3).
+# The same arithmetic for the paper's base model, from the paper's own numbers: 8 GPUs, a step
+# of 0.4 s, and the library's count of its parameters with a shared vocabulary of 37,000
+# (chapter 10):
 
 # %%
 base = Transformer(TransformerConfig.named("base", 37000)).num_parameters()
@@ -361,7 +363,9 @@ print(f"base model: {base:,} parameters, {4 * base / 1e6:.0f} MB of float32 grad
 # ## The real thing: `mpiexec -n N minitransformer train`
 #
 # The library's data parallelism (`minitransformer.distributed`) runs one process per
-# worker, started by MPI:
+# worker, started by MPI (the Message Passing Interface, the standard library of
+# communication between processes on one machine or many; each process has a number, its
+# *rank*, 0 to $N - 1$):
 #
 # ```bash
 # pip install -e ".[distributed]"       # mpi4py, and MPICH's wheel with its mpiexec
@@ -388,7 +392,8 @@ print(f"base model: {base:,} parameters, {4 * base / 1e6:.0f} MB of float32 grad
 # - **Dropout** is seeded per batch from (seed, step, index of the batch in the step), so
 #   process $r$ draws for batch $r$ the very masks one process would draw for it.
 # - Each process takes its share of the cores (or, with `--device cuda`, its own GPU, and the
-#   gradients are reduced between the GPUs by NCCL without a copy to the host).
+#   gradients are reduced between the GPUs by NCCL, NVIDIA's library of collective
+#   communication, without a copy to the host).
 #
 # MPI's all-reduce picks its algorithm by message size and number of processes (for long
 # messages MPICH's is a reduce-scatter followed by an all-gather, the ring's two phases with
@@ -397,7 +402,8 @@ print(f"base model: {base:,} parameters, {4 * base / 1e6:.0f} MB of float32 grad
 # `minitransformer.distributed.Communicator`, whose `allreduce_sum(array)` every process calls
 # with its own array, and which leaves in each the sum over all. That interface lets this
 # chapter run the library's `allreduce_gradients` on in-process workers: one thread per
-# worker, meeting at a barrier, with the ring above doing the sum.
+# worker, meeting at a barrier (a point where each thread waits until all have arrived), with
+# the ring above doing the sum.
 
 # %%
 class InProcess(Communicator):
@@ -505,20 +511,31 @@ moved = difference > 1e-6
 print(f"{moved.sum()} of {moved.size:,} weights differ by more than 1e-6; the median "
       f"|gradient| of the last step is {np.median(gradient[moved]):.0e} at those, "
       f"{np.median(gradient[~moved]):.0e} at the others")
+print(f"{(difference > 0).sum():,} differ at all, {(difference > 1e-7).sum()} by more than "
+      f"1e-7; those above 1e-6, by parameter:")
+where = {}
+for (name, a), b in zip(single.named_parameters(), replicas[0].parameters(), strict=True):
+    n = int((np.abs(a.data - b.data) > 1e-6).sum())
+    if n:
+        kind = ".".join(part for part in name.split(".") if not part.isdigit())
+        where[kind] = where.get(kind, 0) + n
+for kind, n in where.items():
+    print(f"  {kind}: {n}")
 
 # %% [markdown]
-# Nearly thirty thousand by the full mode's step 8, two weights in five, and their gradients
-# are as large as the others'. It starts small ($2 \times 10^{-6}$ after step 1). The two
-# runs add the same four batch gradients in another order, $(g_0 + g_2) + (g_1 + g_3)$
-# against $((g_0 + g_1) + g_2) + g_3$, so their sums differ in float32's last bits. Where the
-# true gradient is zero those bits are all there is: in the biases of the attention keys, for
-# one, since a key bias shifts all of a query's scores by the same amount, which the softmax
-# ignores (chapter 4). Adam, whose step is about the learning rate whatever the gradient's
-# size (chapter 13), moves such a weight by a full step in a direction the rounding chose. A
-# different key bias rounds the attention scores differently; those differences reach every
-# gradient of the next step, and so on: as floating-point differences do in training, they
-# grow and spread, step by step, while the losses still agree. Neither run is more right than
-# the other: both add the same numbers, in different orders.
+# In the full mode fewer than two hundred of the 74,752 differ by more than $10^{-6}$, almost
+# all of them the biases of the attention keys, and the gradients there are millions of times
+# smaller than the others'. (The gap starts at $10^{-6}$ after step 1.) The two runs add the
+# same four batch gradients in another order, $(g_0 + g_2) + (g_1 + g_3)$ against
+# $((g_0 + g_1) + g_2) + g_3$, so their sums differ in float32's last bits. Where the true
+# gradient is zero those bits are all there is, and a key bias's is: it shifts all of a
+# query's scores by the same amount, which the softmax ignores (chapter 4). Adam divides each
+# gradient by its own running size (chapter 13), so a gradient of $10^{-10}$ made of rounding
+# still moves its weight by a sizeable fraction of a step ($\epsilon = 10^{-9}$ is not much
+# larger), in a direction the rounding chose, another in each run. Thousands of other weights
+# differ too, the rounding of the sums carried into the next step, but by less than $10^{-7}$
+# after these 8 steps, and the losses agree. Neither run is more right than the other: both
+# add the same numbers, in different orders.
 #
 # ## Exercises
 #
