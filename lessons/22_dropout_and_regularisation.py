@@ -32,6 +32,7 @@ from minitransformer.data.batching import TokenBatcher, batches_in_order
 from minitransformer.nn import Dropout, Residual, Transformer, TransformerConfig
 from minitransformer.optim import Adam, noam_rate
 from minitransformer.translation.corpus import load_corpus, prepare
+from minitransformer.translation.decode import greedy_decode
 from minitransformer.translation.scoring import corpus_bleu
 from minitransformer.translation.translator import translate
 from minitransformer.verify import check_function
@@ -78,14 +79,17 @@ x = rng.standard_normal(8)
 for p in (0.1, 0.5):
     y = F.dropout(mt.tensor(np.tile(x, (draws, 1))), p).numpy()      # (draws, 8)
     unscaled = y * (1 - p)                                            # x ∘ m alone
+    error = np.abs(x).max() * np.sqrt(p / ((1 - p) * draws))      # at the largest |x|
     print(f"p = {p}: fraction zeroed {np.mean(y == 0):.4f};  largest |mean(y) - x| "
-          f"{np.abs(y.mean(axis=0) - x).max():.3f};  largest |mean(x·m) - (1-p)x| "
+          f"{np.abs(y.mean(axis=0) - x).max():.3f} (one standard error at the largest |x|: "
+          f"{error:.3f});  largest |mean(x·m) - (1-p)x| "
           f"{np.abs(unscaled.mean(axis=0) - (1 - p) * x).max():.3f};  |x| up to "
           f"{np.abs(x).max():.2f}")
 
 # %% [markdown]
 # The scaled average misses $x$ by about $|x|\sqrt{p/((1-p)\,n)}$ for $n$ draws, the standard
-# error of a mean of $n$ draws of $x_i m_i/(1-p)$, and the unscaled one misses $(1-p)\,x$ by
+# error of a mean of $n$ draws of $x_i m_i/(1-p)$ (printed for the largest $|x|$; the largest
+# miss of 8 entries can reach about twice it), and the unscaled one misses $(1-p)\,x$ by
 # $1-p$ times that, $|x|\sqrt{p(1-p)/n}$ (at $p = 0.5$, half): that is all the difference left.
 # (On the CPU the library draws its mask as 16-bit integers, so $p$ is rounded to a multiple of
 # $1/65536$ and the scale is computed from the rounded $p$: the expectation stays exact.)
@@ -100,14 +104,15 @@ for p in (0.1, 0.5):
 # entry passes no gradient; a kept one passes it scaled by $1/(1-p)$.
 
 # %%
+p = 0.5
 x = mt.tensor(rng.standard_normal((2, 6)), requires_grad=True)
-y = F.dropout(x, 0.5)
+y = F.dropout(x, p)
 dout = rng.standard_normal((2, 6))
 y.backward(dout)
 mask = y.numpy() != 0
 print("mask (1 = kept):\n", mask.astype(int))
 print("x.grad:\n", x.grad)
-print("x.grad == dout · mask / (1 - p):", np.allclose(x.grad, dout * mask / 0.5))
+print("x.grad == dout · mask / (1 - p):", np.allclose(x.grad, dout * mask / (1 - p)))
 
 # %% [markdown]
 # ### A gradient check needs a fixed mask
@@ -145,9 +150,9 @@ print(inspect.getsource(Residual.forward))
 # %% [markdown]
 # In training, the post-LN branch hands its three steps to one Function,
 # `F.dropout_add_layer_norm`, which runs them together on blocks of rows while they sit in the
-# cache, for fewer passes over memory (`docs/performance.md`). In NumPy it computes the same
-# numbers, bit for bit, as dropout, the sum and the layer norm one after the other, from the
-# same seed:
+# processor's cache memory, for fewer passes over main memory (`docs/performance.md`). In NumPy
+# it computes the same numbers, bit for bit, as dropout, the sum and the layer norm one after
+# the other, from the same seed:
 
 # %%
 compiled_before = mt.get_compiled_kernels()
@@ -164,7 +169,8 @@ print("the same numbers:", np.array_equal(fused.data, three_steps.data))
 # With the `fast` extra installed (`pip install "minitransformer[fast]"`, which brings Numba),
 # the CPU runs this Function as one compiled loop per row instead (`functional/_compiled.py`):
 # the same formulas and the same dropout mask, with the row's sums taken in another order, so
-# equal up to float32 rounding (an ulp of the largest entries) rather than bit for bit:
+# equal up to float32 rounding (an ulp of the largest entries: the spacing of neighbouring
+# float32 numbers, $2^{-23} \approx 1.2 \times 10^{-7}$ between 1 and 2) rather than bit for bit:
 
 # %%
 try:
@@ -226,7 +232,14 @@ print("                 equal to the same weights with P_drop = 0:",
 # %% [markdown]
 # The decoding functions (`greedy_decode`, `beam_search`, and `translate` through them) put
 # the model in evaluation mode while they run and restore its mode afterwards; a loop of your
-# own must call `model.eval()` itself.
+# own must call `model.eval()` itself:
+
+# %%
+model.train()
+greedy_decode(model, src, bos_id=1, eos_id=2, max_len=5)
+print("after greedy_decode, still in training mode:", model.training)
+
+# %% [markdown]
 #
 # ## The effect of dropout, measured
 #
@@ -246,7 +259,9 @@ tokenizer, data, _ = prepare(corpus, vocab_size=1000, max_len=100)
 
 
 def evaluate(model, pairs):
-    """(negative log-likelihood per token, accuracy of the most probable token) on pairs."""
+    """(negative log-likelihood per token, accuracy of the most probable token) on pairs;
+    the model's mode is restored afterwards."""
+    was_training = model.training
     model.eval()
     nll = correct = tokens = 0
     with mt.no_grad():
@@ -257,10 +272,11 @@ def evaluate(model, pairs):
             real = batch.tgt_out != 0
             correct += int((logits.numpy().argmax(-1) == batch.tgt_out)[real].sum())
             tokens += batch.n_tgt_tokens
-    model.train()
+    model.train(was_training)
     return nll / tokens, correct / tokens
 
 
+# %%
 def train(pairs, p_dropout, label_smoothing, steps, max_tokens, warmup, every=None):
     """The tiny model trained on pairs; with ``every``, its training and validation NLL
     every that many steps."""
@@ -316,13 +332,14 @@ plt.show()
 
 # %% [markdown]
 # In the full mode's 500 steps the validation curves cross between steps 200 and 300. Without
-# dropout the loss on the training pairs keeps falling, to about 1.3 nats a token, while the
-# validation loss turns around near step 300 (about 3.0) and climbs again (3.15 at step 500):
-# the model has begun to learn its 1,000 pairs by heart. With $P_{drop} = 0.1$ the training
-# loss falls more slowly (to about 2.1) and the validation loss keeps falling, to about 2.7,
-# below the other run's best. That is the direction of the paper's Table 3, row (D), on WMT
-# English–German with the base model: $P_{drop} = 0$ gives a development perplexity of 5.77 and
-# 24.6 BLEU, against 4.92 and 25.8 at 0.1. The fast mode stops at step 100, before the
+# dropout the loss on the training pairs keeps falling, to about 1.4 nats a token (nats: the
+# unit of a loss in natural logarithms), while the validation loss turns around near step 300
+# (about 3.0) and climbs again (3.15 at step 500): the model has begun to learn its 1,000 pairs
+# by heart. With $P_{drop} = 0.1$ the training loss falls more slowly (to about 2.1) and the
+# validation loss keeps falling, to about 2.7, below the other run's best. That is the direction
+# of the paper's Table 3, row (D), on WMT English–German with the base model: $P_{drop} = 0$
+# gives a development perplexity of 5.77 and 24.6 BLEU, against 4.92 and 25.8 at 0.1 (the
+# table's row "base", whose values row (D) varies). The fast mode stops at step 100, before the
 # validation curves cross: there dropout only makes both losses a little higher, and says
 # nothing yet about overfitting.
 #
@@ -351,18 +368,18 @@ for eps in (0.0, 0.1):
 
 # %% [markdown]
 # In the full mode the first half shows plainly. The smoothed model's perplexity is worse, by
-# about an eighth (4.04 against 3.59): it puts less probability on the right token, as the
-# paper says, because it was taught to keep some for the others. The second half does not
-# show in this run: the smoothed model's most probable token is right slightly less often
-# (69.6% against 70.2%), and its translations score lower (29.6 BLEU against 32.1). The
-# paper's own gain is small, Table 3, row (D): $\epsilon_{ls} = 0$ gives a development
-# perplexity of 4.67 and 25.3 BLEU, against 4.92 and 25.8 with 0.1, half a BLEU point. One
-# seed each, scored on 200 sentences, is too small a measurement to settle a gain of that
-# size either way: read this run as confirming the first half and as leaving the second open.
-# (The numbers also move with the machine and the number of threads, which change the order
-# of floating-point sums: chapter 23 follows such a difference through training.) The fast
-# mode trains for 30 steps, far too few for BLEU to leave zero: its numbers show only that
-# the code runs.
+# about an eighth (4.04 against 3.59): it puts less probability on the right token, as the paper
+# says, because it was taught to keep some for the others. The second half does not show in this
+# run: the smoothed model's most probable token is right no more often (within about half a
+# percentage point), and its translations score no higher (lower by between a tenth of a BLEU
+# point and two and a half in the runs made so far, on two kinds of machine). The paper's own
+# gain is small, Table 3, row (D): $\epsilon_{ls} = 0$ gives a development perplexity of 4.67
+# and 25.3 BLEU, against the row "base"'s 4.92 and 25.8 with 0.1, half a BLEU point. One seed
+# each, scored on 200 sentences, is too small a measurement to settle a gain of that size either
+# way: read this run as confirming the first half and as leaving the second open. (The numbers
+# also move with the machine and the number of threads, which change the order of floating-point
+# sums: chapter 23 follows such a difference through training.) The fast mode trains for 30
+# steps, far too few for BLEU to leave zero: its numbers show only that the code runs.
 #
 # ## Exercises
 #
