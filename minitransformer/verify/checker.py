@@ -7,7 +7,10 @@ we differentiate the scalar
 
 whose gradient is exactly what backward computes from the upstream gradient ``dout``. The
 random ``dout`` matters: with dout = 1 everywhere, softmax's true gradient is exactly zero
-(its outputs always sum to 1), so a softmax whose backward returned zeros would pass.
+(its outputs always sum to 1), so a softmax whose backward returned zeros would pass. A loss
+is also checked with dout = 1 (``unit_dout``), the seed of ``loss.backward()``: cross-entropy
+makes its gradient in the forward pass and hands it on as it is for that seed alone, a path
+of its own that a random dout never takes.
 
 Numerically, for each input element x_j (all of them for small inputs),
 
@@ -83,22 +86,25 @@ class GradcheckReport:
 
 def check_function(fn: Callable[..., Any], *inputs: Any, name: str | None = None,
                    seed: int = 0, eps: float = 1e-6, rtol: float = 1e-6, atol: float = 1e-10,
-                   max_full: int = 256, n_directions: int = 6) -> GradcheckReport:
+                   max_full: int = 256, n_directions: int = 6,
+                   unit_dout: bool = False) -> GradcheckReport:
     """Check the gradient of ``fn(*inputs)`` with respect to each floating-point input.
 
     ``inputs`` are arrays, Tensors or lists; floating ones are copied to float64 and checked,
     integer and boolean ones (token ids, masks) are passed unchanged. ``fn`` returns a Tensor or
     a tuple of Tensors. An input with more than ``max_full`` elements is checked along
     ``n_directions`` random directions. An input passes when its relative error is at most
-    ``rtol`` or its absolute error at most ``atol``.
+    ``rtol`` or its absolute error at most ``atol``. ``unit_dout``: the upstream gradient is 1
+    everywhere instead of random (for a loss: what ``loss.backward()`` seeds).
     """
     return _check(fn, inputs, [], name or getattr(fn, "__name__", "function"), seed, eps, rtol,
-                  atol, max_full, n_directions)
+                  atol, max_full, n_directions, unit_dout)
 
 
 def check_module(module: Any, *inputs: Any, name: str | None = None, seed: int = 0,
                  eps: float = 1e-6, rtol: float = 1e-6, atol: float = 1e-10,
-                 max_full: int = 256, n_directions: int = 6) -> GradcheckReport:
+                 max_full: int = 256, n_directions: int = 6,
+                 unit_dout: bool = False) -> GradcheckReport:
     """Check ``module(*inputs)``: the gradients of its floating inputs and of every parameter.
 
     The parameters are checked in float64 (copies; the module is restored afterwards, dtype,
@@ -116,13 +122,14 @@ def check_module(module: Any, *inputs: Any, name: str | None = None, seed: int =
         for _, param in params:
             param.data, param.grad = _to_float64(param.data), None
         return _check(fn, inputs, params, name or type(module).__name__, seed, eps, rtol, atol,
-                      max_full, n_directions)
+                      max_full, n_directions, unit_dout)
     finally:
         for (_, param), (data, grad) in zip(params, saved, strict=True):
             param.data, param.grad = data, grad
 
 
-def _check(fn, inputs, params, name, seed, eps, rtol, atol, max_full, n_directions):
+def _check(fn, inputs, params, name, seed, eps, rtol, atol, max_full, n_directions,
+           unit_dout=False):
     if not (eps > 0 and n_directions >= 1):  # eps 0 divides by 0; no direction checks nothing
         raise ValueError(f"gradient check of {name}: eps must be > 0 and n_directions at "
                          f"least 1, got eps={eps!r}, n_directions={n_directions!r}.")
@@ -152,7 +159,8 @@ def _check(fn, inputs, params, name, seed, eps, rtol, atol, max_full, n_directio
         if not outputs:
             raise ValueError("check_function: the function's outputs do not depend on any "
                              "floating-point input, so there is no gradient to check.")
-        douts = [generator.standard_normal(y.shape, dtype=y.dtype) for y in outputs]
+        douts = [backend.get_array_module(y.data).ones(y.shape, dtype=y.dtype) if unit_dout
+                 else generator.standard_normal(y.shape, dtype=y.dtype) for y in outputs]
         functions = {node.name for node in graph_nodes([y.creator for y in outputs])}
         run_backward(outputs, douts)
         values = [leaf.data for leaf in leaves]

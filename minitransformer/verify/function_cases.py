@@ -25,6 +25,7 @@ class Case:
     make_inputs: Callable[[Any], tuple]        # generator -> inputs (float64 or int/bool)
     note: str = ""                             # what this case exercises, e.g. "broadcast"
     eps: float = 1e-6                          # the finite-difference step
+    unit_dout: bool = False                    # dout = 1, as loss.backward() seeds it
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -168,6 +169,7 @@ CASES: list[Case] = [
     Case("linear", F.linear, inputs(normal(2, 3, 4), normal(5, 4)), "no bias"),
     Case("linear_relu", F.linear_relu, inputs(normal(2, 3, 4), normal(5, 4), normal(5)),
          "3-D input, bias"),
+    Case("linear_relu", F.linear_relu, inputs(normal(2, 3, 4), normal(5, 4)), "no bias"),
     Case("feed_forward", F.feed_forward,
          inputs(normal(2, 3, 4), normal(5, 4), normal(5), normal(4, 5), normal(4)),
          "3-D input"),
@@ -201,6 +203,15 @@ CASES: list[Case] = [
          inputs(normal(2, 3, 4), normal(2, 5, 4), normal(2, 5, 3),
                 fixed([[1, 0, 1, 1, 0], [0, 0, 0, 0, 0], [1, 1, 0, 1, 1]], dtype=bool)),
          "a fully masked row"),
+    Case("scaled_dot_product_attention", F.scaled_dot_product_attention,
+         inputs(normal(2, 2, 3, 4), normal(2, 2, 5, 4), normal(2, 2, 5, 3),
+                fixed([[[[1, 0, 1, 1, 0], [0, 0, 0, 0, 0], [1, 1, 0, 1, 1]]],
+                       [[[1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0]]]], dtype=bool)),
+         "(B,H,T,S), fully masked rows (B,1,T,S)"),
+    Case("scaled_dot_product_attention", F.scaled_dot_product_attention,
+         inputs(normal(3, 4), normal(5, 4), normal(5, 3),
+                fixed([[1, 0, 1, 1, 0], [1, 1, 1, 1, 1], [0, 1, 0, 1, 1]], dtype=bool)),
+         "one matrix (T, D), mask (T, S)"),
     Case("cross_entropy", F.cross_entropy, inputs(normal(2, 3, 6), indices(6, 2, 3)), "ε=0"),
     Case("cross_entropy", lambda z, t: F.cross_entropy(z, t, label_smoothing=0.1),
          inputs(normal(2, 3, 6), indices(6, 2, 3)), "ε=0.1"),
@@ -211,6 +222,16 @@ CASES: list[Case] = [
          lambda z, t: F.cross_entropy(z, t, label_smoothing=0.1, ignore_index=-100,
                                       normalizer=20),
          inputs(normal(3, 4, 6), targets_with_ignored(6, 3, 4)), "ε=0.1, normalizer 20"),
+    # dout = 1, loss.backward()'s seed: the gradient made in the forward pass, handed on as is
+    Case("cross_entropy",
+         lambda z, t: F.cross_entropy(z, t, label_smoothing=0.1, ignore_index=-100),
+         inputs(normal(3, 4, 6), targets_with_ignored(6, 3, 4)),
+         "ε=0.1, ignore_index, dout = 1", unit_dout=True),
+    Case("cross_entropy",
+         lambda z, t: F.cross_entropy(z, t, label_smoothing=0.1, ignore_index=-100,
+                                      normalizer=20),
+         inputs(normal(3, 4, 6), targets_with_ignored(6, 3, 4)),
+         "ε=0.1, normalizer 20, dout = 1", unit_dout=True),
     # a composite: the graph engine summing a diamond of uses
     Case("composite", lambda a, b: F.tanh(a @ b) * a.sum(axis=1, keepdims=True) + a.exp().mean(),
          inputs(normal(3, 4), normal(4, 4)), "reuse and diamond"),
@@ -221,7 +242,7 @@ def run_case(case: Case, seed: int = 0) -> GradcheckReport:
     """Build the case's inputs with ``seed`` and check it."""
     generator = backend.get_backend().make_rng(seed)
     report = check_function(case.fn, *case.make_inputs(generator), name=case.name, seed=seed,
-                            eps=case.eps)
+                            eps=case.eps, unit_dout=case.unit_dout)
     if case.note:
         report.shapes = f"{report.shapes} [{case.note}]"
     return report

@@ -28,6 +28,7 @@ class ModuleCase:
     note: str = ""
     max_full: int = 64        # parameters and inputs larger than this are checked by direction
     n_directions: int = 4
+    unit_dout: bool = False   # dout = 1, as loss.backward() seeds it
 
 
 def token_ids(vocab: int, *shape: int, n_pad: int = 0) -> Callable[[Any], Any]:
@@ -89,6 +90,23 @@ class _SelfAttention(nn.Module):
         return self.attention(x, x, x, mask)
 
 
+class _CrossAttention(nn.Module):
+    """Cross-attention as the decoder calls it: attention(x, memory, memory, mask), the memory
+    one Tensor, so that its keys and values come from one packed projection."""
+
+    def __init__(self, attention: nn.MultiHeadAttention):
+        super().__init__()
+        self.attention = attention
+
+    def forward(self, x, memory, mask):
+        return self.attention(x, memory, memory, mask)
+
+
+def causal_mask(T: int) -> Callable[[Any], Any]:
+    """(1, 1, T, T): query t sees keys 0..t."""
+    return lambda g: F.causal_mask(T).data[None, None]
+
+
 MODULE_CASES: list[ModuleCase] = [
     ModuleCase("Linear", lambda: nn.Linear(6, 5), inputs(normal(2, 3, 6))),
     ModuleCase("Embedding", lambda: nn.Embedding(9, 4, padding_idx=PAD),
@@ -106,25 +124,45 @@ MODULE_CASES: list[ModuleCase] = [
                inputs(normal(2, 4, 8), padding_mask(2, 1, 1, 4)), "self, padding mask"),
     ModuleCase("MultiHeadAttention", lambda: nn.MultiHeadAttention(8, 2),
                inputs(normal(2, 3, 8), normal(2, 5, 8), normal(2, 5, 8)), "cross"),
+    ModuleCase("MultiHeadAttention",
+               lambda: _CrossAttention(nn.MultiHeadAttention(8, 2)),
+               inputs(normal(2, 3, 8), normal(2, 5, 8), padding_mask(2, 1, 1, 5)),
+               "cross, one memory (packed K, V), padding mask"),
     ModuleCase("Residual", lambda: SublayerResidual(6, pre_norm=False), inputs(normal(2, 3, 6)),
                "post-LN"),
     ModuleCase("Residual", lambda: SublayerResidual(6, pre_norm=True), inputs(normal(2, 3, 6)),
                "pre-LN"),
+    ModuleCase("Residual", lambda: SublayerResidual(6, pre_norm=False).eval(),
+               inputs(normal(2, 3, 6)), "post-LN, evaluation mode (unfused)"),
     ModuleCase("EncoderLayer", lambda: nn.EncoderLayer(8, 2, 12, p_dropout=0.1),
                inputs(normal(2, 4, 8), padding_mask(2, 1, 1, 4)), max_full=0, n_directions=3),
     ModuleCase("DecoderLayer", lambda: nn.DecoderLayer(8, 2, 12, p_dropout=0.1),
                inputs(normal(2, 3, 8), normal(2, 4, 8)), max_full=0, n_directions=3),
+    ModuleCase("DecoderLayer", lambda: nn.DecoderLayer(8, 2, 12, p_dropout=0.1),
+               inputs(normal(2, 3, 8), normal(2, 4, 8), causal_mask(3), padding_mask(2, 1, 1, 4)),
+               "causal and padding masks", max_full=0, n_directions=3),
     ModuleCase("Encoder", lambda: nn.Encoder(2, 8, 2, 12, pre_norm=True),
                inputs(normal(2, 4, 8)), "pre-LN", max_full=0, n_directions=2),
     ModuleCase("Decoder", lambda: nn.Decoder(2, 8, 2, 12),
                inputs(normal(2, 3, 8), normal(2, 4, 8)), max_full=0, n_directions=2),
+    ModuleCase("Decoder", lambda: nn.Decoder(2, 8, 2, 12, pre_norm=True),
+               inputs(normal(2, 3, 8), normal(2, 4, 8), causal_mask(3), padding_mask(2, 1, 1, 4)),
+               "pre-LN, causal and padding masks", max_full=0, n_directions=2),
     ModuleCase("Transformer", lambda: nn.Transformer(tiny()),
                inputs(token_ids(23, 2, 5, n_pad=1), token_ids(23, 2, 4)), "tiny, logits",
                max_full=0, n_directions=2),
+    ModuleCase("Transformer",
+               lambda: nn.Transformer(tiny(tie_output=False, learned_positions=True)),
+               inputs(token_ids(23, 2, 5, n_pad=1), token_ids(23, 2, 4)),
+               "untied output, learned positions", max_full=0, n_directions=2),
     ModuleCase("Transformer+loss", lambda: TransformerLoss(tiny()),
                inputs(token_ids(23, 2, 5, n_pad=1), token_ids(23, 2, 4),
                       token_ids(23, 2, 4, n_pad=1)),
                "tiny, label smoothing 0.1", max_full=0, n_directions=2),
+    ModuleCase("Transformer+loss", lambda: TransformerLoss(tiny()),
+               inputs(token_ids(23, 2, 5, n_pad=1), token_ids(23, 2, 4),
+                      token_ids(23, 2, 4, n_pad=1)),
+               "dout = 1, as loss.backward()", max_full=0, n_directions=2, unit_dout=True),
 ]
 
 
@@ -133,7 +171,8 @@ def run_module_case(case: ModuleCase, seed: int = 0) -> GradcheckReport:
     module = case.make_module()
     generator = backend.get_backend().make_rng(seed)
     report = check_module(module, *case.make_inputs(generator), name=case.name, seed=seed,
-                          max_full=case.max_full, n_directions=case.n_directions)
+                          max_full=case.max_full, n_directions=case.n_directions,
+                          unit_dout=case.unit_dout)
     if case.note:
         report.shapes = f"{report.shapes} [{case.note}]"
     return report

@@ -17,6 +17,7 @@ import minitransformer as mt
 from minitransformer import cli
 from minitransformer import functional as F
 from minitransformer.course import EXERCISES, check_exercise
+from minitransformer.verify import check_function
 
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"
 NAMES = list(EXERCISES)
@@ -121,6 +122,21 @@ def test_every_solution_passes(name):
     n = len(EXERCISES[name].cases)
     assert result.message.startswith(f"{name}: all {n} cases pass (max relative error")
     assert all(c.gradcheck.passed and c.gradcheck.max_rel_error < 1e-6 for c in result.cases)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_reference_passes_the_gradient_check(name):
+    """What a learner's backward is compared with is proved by finite differences itself, on
+    every case of the exercise: the library's Functions, and the block references of
+    ``course/references.py``, whose backward is the library's autograd over the block."""
+    exercise = EXERCISES[name]
+    for case in exercise.cases:
+        inputs = case.make_inputs(mt.backend.get_backend("cpu").make_rng(0))
+        report = check_function(lambda *xs, c=case: exercise.reference(*c.args)(*xs), *inputs,
+                                name=f"{name} [{case.note}]")
+        assert report.passed and report.max_rel_error < 1e-6, str(report)
+        checked = [check.label for check in report.inputs]
+        assert checked == [f"input {i}" for i, g in enumerate(exercise.grads) if g is not None]
 
 
 @pytest.mark.parametrize("name", NAMES)
