@@ -45,6 +45,8 @@ INDEXING = "minitransformer/functional/indexing.py"
 BLOCKS = "minitransformer/functional/_blocks.py"
 OPTIM = "minitransformer/optim.py"
 COMPILED = "minitransformer/functional/_compiled.py"
+ENGINE = "minitransformer/autograd/engine.py"
+PACKED = "minitransformer/functional/_packed.py"
 COMPILED_TESTS = ("tests/functional/test_compiled.py",)
 
 GRADIENT_TESTS = ["tests/functional", "tests/verify/test_checker.py",
@@ -357,6 +359,17 @@ MUTANTS = [
     Mutant('compiled-gather-append-row-ignored', COMPILED,
            'out[r, h, s, d] = kept[row, h, s, d]',
            'out[r, h, s, d] = kept[r, h, s, d]', COMPILED_TESTS),
+    # the engine: a gradient taken or summed in place only where nothing else holds it
+    Mutant('engine-sum-into-a-held-gradient', ENGINE,
+           'elif _sole_owner(slots[index], held_by=1):',
+           'elif _sole_owner(slots[index], held_by=2):'),
+    Mutant('engine-leaf-takes-a-held-gradient', ENGINE,
+           'leaf.grad = grad if owned else grad.copy()',
+           'leaf.grad = grad'),
+    # dQ, dK, dV (or cross-attention's dK, dV) written side by side as the projection's gradient
+    Mutant('packed-views-at-one-offset', PACKED,
+           'made = [numpy.ndarray(a.shape, a.dtype, buffer, _address(a) - start, a.strides)',
+           'made = [numpy.ndarray(a.shape, a.dtype, buffer, 0, a.strides)'),
 ]
 
 
