@@ -100,13 +100,13 @@ figure.savefig(FIGURES / "09_gradient_norms.png", dpi=120)
 plt.show()
 
 # %% [markdown]
-# In post-LN the gradients grow towards the output, as Xiong et al. describe, though not
-# layer by layer at this small size: there are dips on the way, and the growth from first to
-# last is modest (the ratio is printed below; the fast mode's 6 layers show less of it than
-# the full mode's 12). In pre-LN they run the other way at this size: every layer adds its
-# output to a residual stream whose norm grows with depth, and the layers later in the stack
-# change that stream relatively less. The stream's norm, token by token, after each layer of
-# the same pre-LN encoder:
+# In post-LN the gradients grow towards the output, as Xiong et al. describe, though not layer
+# by layer at this small size: there are dips on the way, and the growth from first to last is
+# modest (the ratio is printed below; the fast mode's 6 layers show less of it than the full
+# mode's 12). In pre-LN they run the other way at this size: every layer adds its output to a
+# residual stream whose norm grows with depth (nearly everywhere: printed below), and the layers
+# later in the stack change that stream relatively less. The stream's norm, token by token,
+# after each layer of the same pre-LN encoder:
 
 # %%
 mt.manual_seed(0)                                   # the pre-LN encoder measured above

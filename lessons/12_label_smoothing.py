@@ -111,12 +111,13 @@ for smoothing in (0.0, 0.1):
 # $\epsilon = 0.1$ it settles at $1 - \epsilon + \epsilon/V = 0.92$. That is the
 # "more unsure" of the paper, and why a smoothed model's perplexity is worse: it keeps some
 # probability off the right token by design. That its translations are nonetheless better is
-# a measurement, not something free logits can show. The paper's is Table 3, row (D): without
-# smoothing a development perplexity of 4.67 and 25.3 BLEU, with $\epsilon_{ls} = 0.1$ 4.92
-# and 25.8. Chapter 22 repeats it on the built-in task, training the tiny translator twice
-# with everything else equal, one seed each: with smoothing its validation perplexity is
-# worse (about 4.0 against 3.6), but its token accuracy (about 70% either way) and its BLEU
-# (two or three points lower) do not show the paper's gain, half a point, which runs that
+# a measurement, not something free logits can show. The paper's is in Table 3: without
+# smoothing (row (D)) a development perplexity of 4.67 and 25.3 BLEU, with
+# $\epsilon_{ls} = 0.1$ (the row "base") 4.92 and 25.8. Chapter 22 repeats it on the built-in
+# task, training the tiny translator twice with everything else equal, one seed each: with
+# smoothing its validation perplexity is worse (about 4.0 against 3.6), but its token accuracy
+# (about 70% either way) and its BLEU (no higher, by a tenth of a point to two and a half
+# lower in the runs made so far) do not show the paper's gain, half a point, which runs that
 # small cannot resolve.
 #
 # ## Exercises

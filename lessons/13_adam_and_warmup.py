@@ -38,8 +38,8 @@ np.set_printoptions(precision=5, suppress=True)
 #
 # Adam keeps, per parameter, running averages of the gradient ($m$) and of its square ($v$),
 # corrects their bias towards 0 in the first steps, and moves each parameter by
-# $lr \cdot \hat m / (\sqrt{\hat v} + \epsilon)$: a step of about $lr$ in the direction of the
-# recent gradients, whatever their scale.
+# $lr \cdot \hat m / (\sqrt{\hat v} + \epsilon)$: a step of at most about $lr$ in the
+# direction of the recent gradients, whatever their scale (less where they disagree in sign).
 #
 # $$m \leftarrow \beta_1 m + (1-\beta_1) g, \quad v \leftarrow \beta_2 v + (1-\beta_2) g^2,
 # \quad \theta \leftarrow \theta - lr\,\frac{m/(1-\beta_1^t)}{\sqrt{v/(1-\beta_2^t)} + \epsilon}$$
@@ -111,9 +111,9 @@ plt.show()
 #
 # In the first steps Adam's $v$ is an average over very few gradients, so the normalised step
 # $\hat m / \sqrt{\hat v}$ is about ±1 for every coordinate however noisy the gradient is:
-# the first updates are as large as any, in random directions. With post-LN (chapter 9) large
-# early updates are what destabilises training. A small learning rate while $v$ settles
-# avoids them.
+# the first updates are as large as any, in random directions. With post-LN, large early
+# updates are what destabilises training, as Xiong et al. (2020) argue (chapter 9). A small
+# learning rate while $v$ settles avoids them.
 #
 # ## Why β₂ = 0.98
 #

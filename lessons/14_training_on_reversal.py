@@ -55,7 +55,7 @@ print("decoder target ", tgt_out[0])
 #
 # The tiny configuration (2 + 2 layers, $d_{model} = 32$, 4 heads), no dropout, Adam with a
 # short warmup. 2,000 steps of 32 freshly drawn sequences, 64,000 sequences in all (300 steps
-# in the fast mode): 23 to 41 s on 2-core AMD EPYC machines; the cell prints the time on yours.
+# in the fast mode): tens of seconds on two cores; the cell prints the time on yours.
 
 # %%
 model = Transformer(TransformerConfig.named("tiny", VOCAB, p_dropout=0.0))

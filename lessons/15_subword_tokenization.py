@@ -13,6 +13,7 @@
 # embedding matrices can be one (chapter 11).
 
 # %%
+import time
 from collections import Counter
 
 from minitransformer.data.tokenizer import Tokenizer
@@ -49,8 +50,8 @@ for merge in range(3):
 # %% [markdown]
 # ## A real tokenizer
 #
-# Training SentencePiece on a few hundred sentences of two languages takes well under a
-# second. Ids 0–3 are reserved: padding, unknown, begin and end of sentence.
+# Training SentencePiece on two hundred sentences of two languages takes a moment (the
+# cell prints how long). Ids 0–3 are reserved: padding, unknown, begin and end of sentence.
 
 # %%
 english = ["The dog sees the cat.", "The old man saw a red ball.", "Two young men are walking.",
@@ -58,7 +59,10 @@ english = ["The dog sees the cat.", "The old man saw a red ball.", "Two young me
 german = ["Der Hund sieht die Katze.", "Der alte Mann sah einen roten Ball.",
           "Zwei junge Männer gehen spazieren.", "Eine Frau liest im Park eine Zeitung.",
           "Die Kinder spielen draußen."]
+start = time.perf_counter()
 tokenizer = Tokenizer.train((english + german) * 20, vocab_size=150)
+print(f"trained on {len(english + german) * 20} sentences in "
+      f"{time.perf_counter() - start:.2f} s")
 print("vocabulary size:", tokenizer.vocab_size, " special ids:", tokenizer.pad_id,
       tokenizer.unk_id, tokenizer.bos_id, tokenizer.eos_id)
 for sentence in ("Der alte Hund liest.", "The newspaper dogs are reading outside."):
