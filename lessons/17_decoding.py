@@ -91,13 +91,15 @@ for i in range(len(src)):
 # $\alpha = 0$ ranks by raw $\log P$ and favours short outputs; a larger $\alpha$ divides long
 # hypotheses' (more negative) scores by more, and so can lengthen the outputs. It can only
 # matter when the model is unsure where to stop. Trained for the full mode's 600 steps, the
-# model is sure on the sources of length 7 above: it has seen every length from 4 to 8, the
-# end token after exactly 7 tokens is far more probable than any alternative, and all four
-# values of $\alpha$ give the same outputs. The fast mode's model, trained for 200 steps, is
-# unsure everywhere, and there $\alpha$ already lengthens some outputs of length-7 sources.
-# Sources of length 11, longer than anything it was trained on, are another matter even for
-# the trained model: there it tends to stop too early, and the penalty pushes back, at
-# $\alpha = 1.5$ and 3 past the source's length for some.
+# model is sure on the sources of length 7 above: it has seen every length from 4 to 8, beam
+# search ends each of them after exactly 7 tokens (greedy decoding, above, may stop one a
+# token early, a less probable sentence), and all four values of $\alpha$ give the same output
+# lengths. The fast mode's model, trained for 200 steps, is unsure everywhere, and there
+# $\alpha$ already lengthens some outputs of length-7 sources (run the chapter with
+# `MINITRANSFORMER_FAST=1` to see). Sources of length 11, longer than anything it was trained
+# on, are another matter even for the trained model: there it stops too early, and the
+# penalty pushes back, the mean length growing at $\alpha = 1.5$ and 3, at 3 one output
+# reaching the source's length.
 
 # %%
 long_src = rng.integers(4, VOCAB, size=(8, 11))         # longer than any training sequence
@@ -157,10 +159,10 @@ print(f"their sum {sum(best.token_log_probs):.4f}; log P by the full decoder "
       f"{log_prob(long_src[0], best.tokens, limit=long_src.shape[1] + 5):.4f}")
 
 # %% [markdown]
-# The list is in the order of the search: the finished hypotheses by their scores, then any
-# cut at the limit, as the last one here. The per-token log-probabilities show where the
-# model hesitated (the most negative ones), and they add up to the $\log P$ that the full,
-# uncached decoder gives the same output: the cache and the
+# The list is in the order of the search: the finished hypotheses by their scores, then any cut
+# at the limit (marked so; in the full mode all four end before it). The per-token
+# log-probabilities show where the model hesitated (the most negative ones), and they add up to
+# the $\log P$ that the full, uncached decoder gives the same output: the cache and the
 # bookkeeping of the search change nothing in them. From the command line,
 # `minitransformer translate --n-best 4` prints such a list for text, with the scores, and
 # `--json` everything above, with the pieces of the text (the formats are in `docs/cli.md`).

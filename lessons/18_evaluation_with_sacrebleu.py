@@ -1,7 +1,8 @@
 # %% [markdown]
 # # Chapter 18 — Evaluation with sacreBLEU: signatures, and why tokenization changes the number
 #
-# The paper reports "28.4 BLEU" on English-German. A BLEU score is a number about n-gram
+# The paper reports "28.4 BLEU" on English-German (§6.1 and Table 2, the big model on WMT
+# 2014). A BLEU score is a number about n-gram
 # overlap between system output and a reference, but *which* n-grams depends on how the text
 # was split into words, whether case counts, and how zero counts are smoothed. Post (2018)
 # showed that such choices move scores by more than a point, more than many published

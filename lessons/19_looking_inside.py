@@ -102,7 +102,8 @@ figure = viz.attention_heads(cross, output_tokens, source_tokens,
 # attends to most gives a rough word alignment. A piece is produced by the step *before* it:
 # row k of the picture is the decoder reading piece k (row 0 reads `<s>`) to predict piece
 # k + 1, so piece k + 1 is paired with row k. Some pairs are a word and its translation
-# (`bor` and `farmer`, `lisela` and `girls`); in the subordinate clause, after `ke`, where
+# (in the output above `bor` and `farmer`, `ke` and `that`, `jun` and `young`, `kukin` and
+# `garden`); in the subordinate clause, after `ke`, where
 # Velish orders the words differently (its verb goes to the end), the alignment jumps back and
 # forth across the source.
 

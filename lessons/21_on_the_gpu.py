@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Chapter 21 — The same code on the GPU with CuPy
 #
-# Nothing in chapters 1 to 20 mentioned NumPy by name inside a layer: every Function asks
+# Nothing in the library's layers mentions NumPy by name: every Function asks
 # `get_array_module(x)` for the module that owns its input and calls that. CuPy copies NumPy's
 # interface for NVIDIA GPUs, so switching the device switches every array, and every
 # hand-written backward runs on the GPU unchanged. This chapter runs a gradient check and a
@@ -42,7 +42,8 @@ print(type(x.data), backend.get_array_module(x.data).__name__)
 # ## Gradient checks on the GPU
 #
 # A gradient check in float64 works on the GPU as on the CPU; it is the best proof that the
-# device path computes the same derivatives.
+# device path computes the same derivatives. (On an NVIDIA H200 every test that runs on the
+# GPU passed, the gradient checks among them: `bench/results/cuda_tests.h200-9d1a7fe.log`.)
 
 # %%
 if GPU:
@@ -86,7 +87,8 @@ if GPU:
         loss, seconds = one_step(device)
         print(f"{device}: loss {loss:.5f}, one step {seconds:.3f} s")
 else:
-    print("skipped: with a GPU, both devices print the same loss to about 5 digits.")
+    print("skipped: with a GPU, both devices should print the same loss up to float32's "
+          "rounding.")
 
 # %% [markdown]
 # ## Getting a GPU working
