@@ -111,6 +111,10 @@ def kernels() -> Any:
     """The compiled functions (Numba imported, and each kernel compiled, on first use)."""
     import numba
 
+    # The kernels' helpers are module globals, not closure cells: Numba keys its disk cache of
+    # a function on its closure's contents, and a compiled function in a cell pickles
+    # differently in every process, so each process would miss and add one more entry.
+    global exp32, normalize_row, normalized_gradient_row
     xp = backend.get_backend("cpu").xp                                 # NumPy, for exp32's types
 
     def jit(function):

@@ -2,6 +2,7 @@
 finite differences: the same formulas, so the same numbers up to the order of rounding, and
 every backward checked in float64 as the NumPy one is."""
 
+import os
 import subprocess
 import sys
 
@@ -443,6 +444,40 @@ def test_the_environment_variable_switches_them_off(monkeypatch, value, expected
                           "print(mt.get_compiled_kernels())"],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == str(expected)
+
+
+# Every kernel that calls a helper (exp32, a row's layer norm or its gradient), in float32.
+_HELPED_KERNELS = """
+import numpy as np
+import minitransformer as mt
+from minitransformer import functional as F
+assert mt.get_compiled_kernels()
+rng = np.random.default_rng(0)
+x, h = (mt.tensor(rng.standard_normal((6, 8)).astype("float32"), requires_grad=True)
+        for _ in range(2))
+gain, bias = mt.ones(8, requires_grad=True), mt.zeros(8, requires_grad=True)
+F.dropout_add_layer_norm(x, h, gain, bias, p=0.1).sum().backward()
+F.layer_norm(x, gain, bias).sum().backward()
+q = mt.tensor(rng.standard_normal((2, 2, 3, 4)).astype("float32"), requires_grad=True)
+F.scaled_dot_product_attention(q, q, q).sum().backward()
+F.cross_entropy(x, rng.integers(0, 8, 6)).backward()
+"""
+
+
+def test_a_second_process_finds_every_kernel_in_the_disk_cache(tmp_path):
+    """Numba caches the kernels on disk, keyed on the compiled code and on the contents of the
+    function's closure. A helper held in a closure pickles differently in every process, so
+    each process missed the cache and added another entry to it, without end (thousands of
+    files in the package's __pycache__); as module globals, a second process adds nothing."""
+    cache = tmp_path / "numba"
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "MINITRANSFORMER_COMPILED": "1"}
+
+    def run_and_list():
+        subprocess.run([sys.executable, "-c", _HELPED_KERNELS], env=env, check=True)
+        return {p.name: p.stat().st_size for p in cache.rglob("*") if p.is_file()}
+    first = run_and_list()
+    assert any(name.endswith(".nbc") for name in first), "nothing was cached"
+    assert run_and_list() == first
 
 
 @pytest.mark.parametrize("blocks", [None, 64])
