@@ -100,6 +100,10 @@ for gap in (10, 87, 104):
 far = np.array([0.0, -200.0], dtype=np.float32)
 with np.errstate(divide="ignore"):
     print("log(softmax):", np.log(F.softmax(mt.tensor(far)).numpy()))
+x = mt.tensor(far, requires_grad=True)
+with np.errstate(divide="ignore", invalid="ignore"):
+    F.log(F.softmax(x)).sum().backward()
+print("its gradient:", x.grad)
 print("log_softmax: ", F.log_softmax(mt.tensor(far)).numpy())
 print(check_function(F.log_softmax, rng.standard_normal((3, 6)) * 10, name="log_softmax"))
 

@@ -198,8 +198,8 @@ print(f"eight heads take {best[8] / best[1]:.2f}x the time of one")
 # third of each other, the one or the other ahead depending on the machine, since the
 # projections, identical in both, dominate. The fast mode's sizes ($d_{model} = 128$, length
 # 32) take a millisecond or less; there the fixed cost of each operation weighs more, and
-# the eight heads, with their reshapes and eight small products in place of one, can take up
-# to about twice as long as the single head.
+# the eight heads, with their reshapes and eight small products in place of one, take longer
+# than the single head (from 1.1 to about 2 times as long in the runs made so far).
 #
 # ## What the heads buy, measured
 #

@@ -195,10 +195,12 @@ print("largest difference over all steps:",
       f"{max(abs(a - b) for a, b in zip(*losses.values(), strict=True)):.1e}")
 
 # %% [markdown]
-# The same losses, up to float32 rounding (the products sum the features in another order).
+# The same loss at step 1, to every printed digit; after that the two runs drift apart a little
+# (the largest difference is printed), since the products sum the features in another order and
+# Adam's updates carry those float32 roundings on from step to step, but they train alike.
 # Without permuting the initial weights the halves layout would train as well, but from what
-# amounts to a different random start, so its losses would differ as another seed's do. Which
-# layout to use is a matter of convention; what matters is the set of frequencies.
+# amounts to a different random start. Which layout to use is a matter of convention; what
+# matters is the set of frequencies.
 #
 # ## Learned positions, and positions beyond the table
 #
