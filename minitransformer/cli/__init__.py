@@ -33,8 +33,25 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         # the reader of the output left (`minitransformer gradcheck | head`): stop quietly,
         # and point stdout at nothing so that Python's own flush at exit fails no more
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _stdout_to_nothing()
         return 1
+    except KeyboardInterrupt:  # Ctrl-C where the command has no handler of its own
+        print(f"\nminitransformer {args.command}: interrupted.", file=sys.stderr)
+        return 130
+    except OSError as exc:  # standard output on a full disk, say: one line, not a traceback
+        what = f"failed on {exc.filename}" if exc.filename else "could not write standard output"
+        print(f"minitransformer {args.command}: {what} ({exc.strerror or exc}).",
+              file=sys.stderr)
+        _stdout_to_nothing()
+        return 1
+
+
+def _stdout_to_nothing() -> None:
+    """Point standard output at nothing, so that Python's own flush at exit cannot fail."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):  # replaced by a file-like object (tests)
+        pass
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -144,17 +144,17 @@ def run_translate(args: argparse.Namespace) -> int:
                 raise DataError(f"--alignment-layer {args.alignment_layer} does not exist; the "
                                 f"model has {n} decoder layers (0 to {n - 1}, or -1 for the "
                                 "last).") from None
-        _check_output(args.output)
+        _check_output(args.output, {"--checkpoint": args.checkpoint, "--input": args.input})
         live = not (args.sentences or args.input) and arrives_over_time(sys.stdin)
+        status = 0
         if args.sentences:
             batches: Any = [list(args.sentences)]
+            _check_utf8(batches[0], "an argument")
         elif args.input:
             batches = [read_lines(args.input, allow_empty=True)]
         elif not live:  # a file given as standard input: there at once, read whole
-            batches = [[line.rstrip("\n") for line in sys.stdin]]
-        for sentences in batches if not live else ():
-            _check_utf8(sentences, "an argument" if args.sentences else
-                        args.input or "standard input")
+            sentences, status = _decoded(sys.stdin.buffer.read().split(b"\n"), 1)
+            batches = [sentences[:-1] if sentences[-1:] == [""] else sentences]
     except (CheckpointError, DataError) as exc:
         print(f"minitransformer translate: {exc}", file=sys.stderr)
         return 2
@@ -163,11 +163,12 @@ def run_translate(args: argparse.Namespace) -> int:
         try:
             out.write(_translations(model, tokenizer, batches[0], args, 0, graphs))
         except MemoryLimitError as exc:  # not even one sentence fits (a smaller batch would)
+            out.discard()
             print(f"minitransformer translate: {exc}", file=sys.stderr)
             return 2
         finally:
             out.close()
-        return out.status
+        return max(status, out.status)
     prompt = "> " if sys.stdin.isatty() else None
     first, status = 0, 0
     # the model does not change here: its weights' copies laid out for small products serve
@@ -177,16 +178,8 @@ def run_translate(args: argparse.Namespace) -> int:
             # a stream keeps coming: hand it on in many batches at a time, memory bounded
             max_lines = max(4096, 16 * (args.batch_size or 0))
             for lines in lines_as_they_come(sys.stdin.buffer, prompt, max_lines):
-                sentences = []
-                for number, line in enumerate(lines, first + 1):
-                    try:
-                        sentences.append(line.removesuffix(b"\r").decode("utf-8"))
-                    except UnicodeDecodeError:
-                        print(f"minitransformer translate: line {number} of standard input is "
-                              "not valid UTF-8, so it is left untranslated (an empty line); "
-                              "convert the text to UTF-8 (e.g. with iconv).", file=sys.stderr)
-                        sentences.append("")
-                        status = 1
+                sentences, bad = _decoded(lines, first + 1)
+                status = max(status, bad)
                 out.write(_translations(model, tokenizer, sentences, args, first, graphs))
                 first += len(sentences)
         except KeyboardInterrupt:  # Ctrl-C at the prompt: the translations so far are out
@@ -254,45 +247,122 @@ def _translations(model: Any, tokenizer: Any, sentences: list[str], args: argpar
     return "".join(line + "\n" for line in lines)
 
 
+def _decoded(lines: list[bytes], first: int) -> tuple[list[str], int]:
+    """Lines of standard input (numbered from ``first``) as text, a "\\r" before the end
+    dropped; a line that is not UTF-8 is reported and becomes an empty line, to keep the
+    lines in step, and the status 1."""
+    sentences, status = [], 0
+    for number, line in enumerate(lines, first):
+        try:
+            sentences.append(line.removesuffix(b"\r").decode("utf-8"))
+        except UnicodeDecodeError:
+            print(f"minitransformer translate: line {number} of standard input is not valid "
+                  "UTF-8, so it is left untranslated (an empty line); convert the text to "
+                  "UTF-8 (e.g. with iconv).", file=sys.stderr)
+            sentences.append("")
+            status = 1
+    return sentences, status
+
+
 class _Output:
-    """Where translations go: --output (opened at the first write, flushed after each), else
-    standard output; a file that cannot be written sends the rest to standard output, and the
-    status becomes 1."""
+    """Where translations go: --output, else standard output. The file is written to a
+    temporary one beside it, renamed into place at the end: complete, or absent and any
+    earlier file there as it was (a device or a pipe is written directly). If writing it fails
+    (a full disk), what it held and the rest go to standard output, and the status becomes 1."""
 
     def __init__(self, path: str | None):
-        self.path, self.file, self.status = path, None, 0
+        from ..data.parallel import replaceable
+
+        self.path, self.status = path, 0
+        self.file: Any = None
+        self.written = 0                   # bytes in the temporary file, each write flushed
+        self.target = None if path is None else replaceable(path)
+        self.temporary = None if self.target is None else \
+            self.target.with_name(f".{self.target.name}.{os.getpid()}.tmp")
 
     def write(self, text: str) -> None:
+        data = text.encode("utf-8")
         if self.path and not self.status:
             try:
                 if self.file is None:
-                    self.file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
-                self.file.write(text)
+                    self.file = open(self.temporary or self.path, "wb")  # noqa: SIM115
+                self.file.write(data)
                 self.file.flush()
+                self.written += len(data)
                 return
-            except OSError as exc:  # a full disk: the translations go to standard output
-                print(f"minitransformer translate: could not write --output {self.path} "
-                      f"({exc.strerror or exc}); the translations follow on standard output.",
-                      file=sys.stderr)
-                self.status = 1
-        sys.stdout.write(text)
-        sys.stdout.flush()
+            except OSError as exc:
+                data = self._failed(exc) + data
+        _to_standard_output(data)
 
     def close(self) -> None:
-        if self.file is not None:
+        """The file renamed into place (standard output needs nothing)."""
+        if self.file is None or self.status:
+            return
+        try:
+            self.file.close()
+            if self.temporary is not None:
+                os.replace(self.temporary, self.target)
+        except OSError as exc:
+            _to_standard_output(self._failed(exc))
+
+    def discard(self) -> None:
+        """Nothing written: the temporary file removed, an earlier file left as it was."""
+        if self.file is not None and not self.status:
+            self.status = -1  # neither renamed at close nor reported
+            self._remove()
+
+    def _failed(self, exc: OSError) -> bytes:
+        """Say so, and take back what the temporary file held, removing it."""
+        print(f"minitransformer translate: could not write --output {self.path} "
+              f"({exc.strerror or exc}); the translations follow on standard output.",
+              file=sys.stderr)
+        self.status = 1
+        held = b""
+        if self.temporary is not None:  # a device keeps what it took
             try:
-                self.file.close()
-            except OSError:  # what could not be written was said at the write
+                with open(self.temporary, "rb") as file:
+                    held = file.read(self.written)
+            except OSError:
                 pass
+        self._remove()
+        return held
+
+    def _remove(self) -> None:
+        try:
+            if self.file is not None:
+                self.file.close()
+        except OSError:
+            pass
+        try:
+            if self.temporary is not None:
+                self.temporary.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def _to_standard_output(data: bytes) -> None:
+    """Write all of ``data`` to standard output. A large write to a pipe whose reader has
+    gone can be cut short without an error from Python's buffered file; os.write's count
+    tells, and the next write raises BrokenPipeError."""
+    sys.stdout.flush()
+    try:
+        descriptor = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by a file-like object (tests)
+        sys.stdout.write(data.decode("utf-8"))
+        sys.stdout.flush()
+        return
+    view = memoryview(data)
+    while view:
+        view = view[os.write(descriptor, view):]
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from ..data.errors import DataError
-    from ..data.parallel import read_parallel
+    from ..data.parallel import read_parallel, write_lines
     from ..translation.checkpoint import CheckpointError
     from ..translation.corpus import load_corpus
     from ..translation.memory import MemoryLimitError
-    from ..translation.scoring import score
+    from ..translation.scoring import score_hypotheses, translate_sources
     from ..translation.translator import beam_problem, load_translator_and_languages
 
     contradiction = _contradicting_options(args)
@@ -318,16 +388,28 @@ def run_evaluate(args: argparse.Namespace) -> int:
             pairs = getattr(corpus, split)
         else:
             pairs = read_parallel(args.src, args.ref)
-        _check_output(args.output)
+        _check_output(args.output, {"--checkpoint": args.checkpoint, "--src": args.src,
+                                    "--ref": args.ref})
     except (CheckpointError, DataError) as exc:
         print(f"minitransformer evaluate: {exc}", file=sys.stderr)
         return 2
     try:
-        result = score(model, tokenizer, pairs, args.beam, args.length_penalty, args.output,
-                       args.batch_size, args.n_best, graphs)
+        hypotheses, lists = translate_sources(model, tokenizer, [s for s, _ in pairs],
+                                              args.beam, args.length_penalty, args.batch_size,
+                                              args.n_best, graphs)
     except MemoryLimitError as exc:  # not even one sentence fits (a smaller batch would)
         print(f"minitransformer evaluate: {exc}", file=sys.stderr)
         return 2
+    result = score_hypotheses(hypotheses, [t for _, t in pairs], args.beam, args.n_best, lists)
+    status = 0
+    if args.output:
+        try:
+            write_lines(args.output, hypotheses)
+        except OSError as exc:  # a full disk: the scores are still worth having
+            print(f"minitransformer evaluate: could not write --output {args.output} "
+                  f"({exc.strerror or exc}); it is left as it was, and the scores follow.",
+                  file=sys.stderr)
+            status = 1
     if args.json:
         print(json.dumps(result, indent=1))
     else:
@@ -336,7 +418,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         if args.n_best is not None:
             print(f"oracle BLEU of the {args.n_best} best = {result['oracle_bleu']:.2f}  (for "
                   "each sentence the hypothesis closest to its reference by sentence BLEU)")
-    return 0
+    return status
 
 
 def _contradicting_options(args: argparse.Namespace) -> str | None:
@@ -370,9 +452,11 @@ def _check_utf8(sentences: list[str], source: str) -> None:
                             "text to UTF-8 (e.g. with iconv) and try again.") from None
 
 
-def _check_output(output: str | None) -> None:
-    """Refuse an --output the translations could not be written to, before translating."""
+def _check_output(output: str | None, inputs: dict[str, str | None]) -> None:
+    """Refuse an --output the translations could not be written to, or that is one of the
+    command's ``inputs`` (option -> path), before translating."""
     from ..data.errors import DataError
+    from ..data.parallel import replaceable
 
     if output is None:
         return
@@ -382,7 +466,21 @@ def _check_output(output: str | None) -> None:
     if not path.parent.is_dir():
         raise DataError(f"--output {path}: the folder {path.parent} does not exist; create it "
                         "or write elsewhere.")
-    where = path if path.exists() else path.parent
-    if not os.access(where, os.W_OK):
-        raise DataError(f"--output {path}: {'the file' if where == path else 'its folder'} "
-                        "may not be written (permission denied); write elsewhere.")
+    for option, given in inputs.items():
+        if given and path.exists() and Path(given).exists() and os.path.samefile(path, given):
+            raise DataError(f"--output {path} is the {option} file, which the translations "
+                            "would replace; write them elsewhere.")
+    # The temporary file beside it, tried: as root, os.access says yes even where nothing may
+    # be created (/proc). A device or a pipe is written directly, without one.
+    target = replaceable(path)
+    if target is not None:
+        probe = target.with_name(f".{target.name}.{os.getpid()}.probe")
+        try:
+            probe.touch(exist_ok=False)
+            probe.unlink()
+        except OSError as exc:
+            raise DataError(f"--output {path}: its folder may not be written "
+                            f"({exc.strerror or exc}); write elsewhere.") from None
+    if path.exists() and not os.access(path, os.W_OK):
+        raise DataError(f"--output {path}: the file may not be written (permission denied); "
+                        "write elsewhere.")

@@ -7,6 +7,8 @@ also split on characters such as U+2028 or form feed inside a sentence, and sile
 later pair out of alignment.
 
     read_lines(path)                     the sentences of one file
+    write_lines(path, lines)             and back, complete or not at all
+    replaceable(path)                    the file such a write replaces, if any
     read_parallel(src_path, tgt_path)    [(source, target), ...], counts checked
     encode_pairs(pairs, tok, max_len)    token ids, too long or empty pairs dropped
     encode_kept(pairs, tok, max_len)     the same, with which were kept and why not
@@ -52,6 +54,38 @@ def read_lines(path: str | os.PathLike, allow_empty: bool = False) -> list[str]:
         raise DataError(f"{path} is empty; it should hold one sentence per line, so check "
                         f"that the download or extraction finished.")
     return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def write_lines(path: str | os.PathLike, lines: Iterable[str]) -> None:
+    """Write ``lines`` to ``path``, each followed by a newline, in UTF-8, complete or not at
+    all: into a temporary file beside it, renamed into place once every byte is written. A
+    failure (a full disk) raises OSError and leaves ``path`` as it was. A path that is no
+    regular file (a device, a pipe) is written directly: there is no file to keep whole."""
+    text = "".join(line + "\n" for line in lines).encode("utf-8")
+    target = replaceable(path)
+    if target is None:
+        with open(path, "wb") as file:
+            file.write(text)
+        return
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "wb") as file:
+            file.write(text)
+        os.replace(temporary, target)
+    finally:
+        try:  # the write's own error goes on; a failed clean-up must not replace it
+            temporary.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def replaceable(path: str | os.PathLike) -> Path | None:
+    """The file that writing ``path`` through a temporary file and a rename should replace:
+    ``path`` itself, or the file its symbolic links lead to (the link is kept); None where
+    that exists and is not a regular file (/dev/stdout, a named pipe), which only a direct
+    write reaches."""
+    path = Path(path)  # exists and is_file follow links, as far as the thing they lead to
+    return None if path.exists() and not path.is_file() else path.resolve()
 
 
 def read_parallel(src_path: str | os.PathLike,

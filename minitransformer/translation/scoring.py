@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..data.parallel import write_lines
 from .translator import load_translator, translate, translate_n_best
 
 
@@ -103,18 +104,34 @@ def score(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], beam: int,
     """Translate the sources of ``pairs`` and score them against the targets. With
     ``n_best`` (at most ``beam``), the best hypothesis is scored as without, and the oracle
     BLEU of the ``n_best`` lists is added (``oracle_bleu``). ``graphs`` as for
-    ``translate``."""
-    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    if n_best is None:
-        hypotheses = translate(model, tokenizer, sources, beam, length_penalty, batch_size,
-                               graphs)
-    else:
-        lists = [[h.text for h in t.hypotheses] for t in translate_n_best(
-            model, tokenizer, sources, beam, length_penalty, n_best, batch_size,
-            graphs=graphs)]
-        hypotheses = [texts[0] if texts else "" for texts in lists]
+    ``translate``. ``output``: the translations are written there too, complete or not at
+    all (``write_lines``)."""
+    hypotheses, lists = translate_sources(model, tokenizer, [s for s, _ in pairs], beam,
+                                          length_penalty, batch_size, n_best, graphs)
     if output:
-        Path(output).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+        write_lines(output, hypotheses)
+    return score_hypotheses(hypotheses, [t for _, t in pairs], beam, n_best, lists)
+
+
+def translate_sources(model: Any, tokenizer: Any, sources: list[str], beam: int,
+                      length_penalty: float = 0.6, batch_size: int | None = None,
+                      n_best: int | None = None, graphs: Any = None
+                      ) -> tuple[list[str], list[list[str]] | None]:
+    """The translations of ``sources`` (the best hypothesis of each), and with ``n_best``
+    each sentence's list of its ``n_best`` best (else None): what ``score_hypotheses`` takes."""
+    if n_best is None:
+        return translate(model, tokenizer, sources, beam, length_penalty, batch_size,
+                         graphs), None
+    lists = [[h.text for h in t.hypotheses] for t in translate_n_best(
+        model, tokenizer, sources, beam, length_penalty, n_best, batch_size, graphs=graphs)]
+    return [texts[0] if texts else "" for texts in lists], lists
+
+
+def score_hypotheses(hypotheses: list[str], references: list[str], beam: int,
+                     n_best: int | None = None,
+                     lists: list[list[str]] | None = None) -> dict[str, Any]:
+    """BLEU and chrF of ``hypotheses`` (``evaluate_translations``) and the beam; with
+    ``n_best`` and each sentence's n-best ``lists``, the oracle BLEU of those."""
     result = evaluate_translations(hypotheses, references)
     result["beam"] = beam
     if n_best is not None:

@@ -307,5 +307,11 @@ def load_translator_and_languages(path: str | Path
     if not (isinstance(languages, list) and len(languages) == 2
             and all(isinstance(lang, str) and lang for lang in languages)):
         languages = None
-    return (restore_model(checkpoint), Tokenizer.from_bytes(checkpoint.tokenizer_bytes),
-            None if languages is None else (languages[0], languages[1]))
+    model, tokenizer = restore_model(checkpoint), Tokenizer.from_bytes(checkpoint.tokenizer_bytes)
+    sizes = {model.config.src_vocab_size, model.config.tgt_vocab_size}
+    if sizes != {tokenizer.vocab_size}:
+        raise CheckpointError(f"{path} holds a tokenizer of {tokenizer.vocab_size} pieces for a "
+                              f"model of {' and '.join(map(str, sorted(sizes)))}, so they were "
+                              "not trained together; use a checkpoint written by one run of "
+                              "`minitransformer train`.")
+    return model, tokenizer, None if languages is None else (languages[0], languages[1])

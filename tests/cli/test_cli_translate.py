@@ -228,7 +228,115 @@ def test_translations_that_cannot_be_written_go_to_standard_output(checkpoint, c
     assert len(out.splitlines()) == 2
 
 
+def test_an_output_that_is_an_input_is_refused_before_translating(checkpoint, capsys,
+                                                                   tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("ka lo\n")
+    status, out, err = translate_cli(capsys, checkpoint, "--input", str(source), "--output",
+                                     str(source))
+    assert (status, out) == (2, "") and source.read_text() == "ka lo\n"
+    assert f"--output {source} is the --input file" in err
+    before = checkpoint.read_bytes()
+    status, _, err = translate_cli(capsys, checkpoint, "ka", "--output", str(checkpoint))
+    assert status == 2 and "is the --checkpoint file" in err
+    assert checkpoint.read_bytes() == before
+
+
+def test_an_output_is_complete_or_absent(checkpoint, capsys, tmp_path, monkeypatch):
+    """Written beside it and renamed at the end: when the rename fails (as a full disk would
+    fail a write), the file there is untouched, no temporary file is left, and every
+    translation still reaches standard output."""
+    target = tmp_path / "out.txt"
+    target.write_text("an earlier translation\n")
+    status, out, err = translate_cli(capsys, checkpoint, "ka lo", "nu pe", "--output",
+                                     str(target))
+    assert (status, out, err) == (0, "", "") and len(target.read_text().splitlines()) == 2
+    target.write_text("an earlier translation\n")
+
+    def full(*args):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "replace", full)
+    status, out, err = translate_cli(capsys, checkpoint, "ka lo", "nu pe", "--output",
+                                     str(target))
+    assert status == 1 and len(out.splitlines()) == 2
+    assert f"could not write --output {target} (No space left on device)" in err
+    assert target.read_text() == "an earlier translation\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_a_linked_output_keeps_its_link(checkpoint, capsys, tmp_path):
+    (tmp_path / "real.txt").write_text("")
+    (tmp_path / "link.txt").symlink_to("real.txt")
+    status, _, _ = translate_cli(capsys, checkpoint, "ka lo", "--output",
+                                 str(tmp_path / "link.txt"))
+    assert status == 0 and (tmp_path / "link.txt").is_symlink()
+    assert len((tmp_path / "real.txt").read_text().splitlines()) == 1
+
+
+def test_a_reader_that_leaves_in_the_middle_of_a_write_is_noticed(monkeypatch):
+    """A large write to a pipe whose reader goes away after the first bytes: Python's buffered
+    file can return without an error, the rest dropped; the CLI's write raises, and the
+    command then ends with status 1 (the reader of the output went away)."""
+    from minitransformer.cli.translate import _to_standard_output
+
+    read_end, write_end = os.pipe()
+    stdout = os.fdopen(write_end, "w")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    reader = threading.Thread(target=lambda: (os.read(read_end, 1), os.close(read_end)))
+    reader.start()
+    try:
+        with pytest.raises(BrokenPipeError):
+            _to_standard_output(b"x" * 4_000_000)
+    finally:
+        reader.join()
+        os.close(write_end)
+
+
+def test_a_tokenizer_that_does_not_fit_the_model_is_refused_at_load(checkpoint, capsys,
+                                                                    tmp_path):
+    from minitransformer.nn import Transformer, TransformerConfig
+    from minitransformer.translation.checkpoint import load_checkpoint, save_checkpoint
+
+    tokenizer_bytes = load_checkpoint(checkpoint).tokenizer_bytes
+    mixed = save_checkpoint(tmp_path / "mixed.npz",
+                            Transformer(TransformerConfig.named("tiny", 23)), None,
+                            tokenizer_bytes)
+    status, out, err = translate_cli(capsys, mixed, "ka lo")
+    assert (status, out) == (2, "")
+    assert "holds a tokenizer of 40 pieces for a model of 23" in err
+
+
+def test_ctrl_c_outside_a_command_s_own_handler_ends_with_130(monkeypatch, capsys):
+    from minitransformer.cli import info
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(info, "run", interrupted)
+    assert cli.main(["info"]) == 130
+    assert capsys.readouterr().err.strip() == "minitransformer info: interrupted."
+
+
 # ------------------------------------------------------------------------------- evaluate
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_evaluate_prints_its_scores_when_its_output_cannot_be_written(checkpoint, capsys):
+    data = str(checkpoint.parent.parent.parent / "corpus")
+    status = cli.main(["evaluate", "--checkpoint", str(checkpoint), "--data", data,
+                       "--output", "/dev/full"])
+    out, err = capsys.readouterr()
+    assert status == 1 and out.startswith("BLEU = ")
+    assert "could not write --output /dev/full (No space left on device)" in err
+
+
+def test_evaluate_refuses_an_output_that_is_its_reference(checkpoint, capsys, tmp_path):
+    (tmp_path / "src.xx").write_text("ka lo\n")
+    (tmp_path / "ref.yy").write_text("LO KA\n")
+    status = cli.main(["evaluate", "--checkpoint", str(checkpoint), "--src",
+                       str(tmp_path / "src.xx"), "--ref", str(tmp_path / "ref.yy"), "--output",
+                       str(tmp_path / "ref.yy")])
+    assert status == 2 and "is the --ref file" in capsys.readouterr().err
+    assert (tmp_path / "ref.yy").read_text() == "LO KA\n"
+
 
 def test_evaluate_with_n_best_reports_the_oracle_bleu(checkpoint, capsys):
     data = str(checkpoint.parent.parent.parent / "corpus")
@@ -442,3 +550,13 @@ def test_a_regular_file_as_standard_input_is_read_whole(checkpoint, capsys, monk
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ka lo\n\nmi\n")))
     status, out, _ = translate_cli(capsys, checkpoint)
     assert status == 0 and len(out.splitlines()) == 3
+
+
+def test_a_line_of_a_file_as_standard_input_that_is_not_utf8_is_left_empty(checkpoint, capsys,
+                                                                            monkeypatch):
+    """As from a pipe: the line is reported and left untranslated, the rest translated."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ka lo\n\xff mi\r\nmi\n")))
+    status, out, err = translate_cli(capsys, checkpoint, "--beam", "1")
+    lines = out.split("\n")
+    assert status == 1 and len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]
+    assert "line 2 of standard input is not valid UTF-8" in err
