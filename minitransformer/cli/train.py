@@ -208,6 +208,12 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
         return 2
     earlier = [path for path in (out / "log.jsonl", out / "checkpoints")
                if main and path.exists()]
+    last = out / "checkpoints" / "last.npz"
+    if earlier and not last.exists():  # stopped (a NaN, Ctrl-C) before it saved anything
+        print(f"{name}: {out} holds a run that stopped before its first checkpoint "
+              f"({earlier[0].name}, no {last.name}), so there is nothing to resume; remove "
+              "that folder and start again, or choose another --out.", file=sys.stderr)
+        return 2
     if earlier and not args.resume:  # a second run there would prune and average the first's
         print(f"{name}: {out} already holds a run ({earlier[0].name}); "
               "continue it with --resume, or start afresh with another --out (or after "
@@ -222,6 +228,11 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
         if args.resume and main:
             tokenizer = Tokenizer.from_bytes(
                 load_checkpoint(out / "checkpoints" / "last.npz").tokenizer_bytes)
+            if args.vocab_size is not None and args.vocab_size != tokenizer.vocab_size:
+                raise ValueError(f"--vocab-size {args.vocab_size} does not fit the run in {out}, "
+                                 f"whose vocabulary has {tokenizer.vocab_size} pieces; leave "
+                                 "--vocab-size out to resume it, or start afresh with another "
+                                 "--out.")
         if main:
             prepared = prepare_corpus(corpus, pick("vocab_size"), args.max_len, tokenizer,
                                       positions)

@@ -153,7 +153,10 @@ def run_translate(args: argparse.Namespace) -> int:
         elif args.input:
             batches = [read_lines(args.input, allow_empty=True)]
         elif not live:  # a file given as standard input: there at once, read whole
-            sentences, status = _decoded(sys.stdin.buffer.read().split(b"\n"), 1)
+            stdin = getattr(sys.stdin, "buffer", None)  # None: replaced by a text object
+            data = stdin.read() if stdin is not None else \
+                sys.stdin.read().encode("utf-8", "surrogateescape")
+            sentences, status = _decoded(data.split(b"\n"), 1)
             batches = [sentences[:-1] if sentences[-1:] == [""] else sentences]
     except (CheckpointError, DataError) as exc:
         print(f"minitransformer translate: {exc}", file=sys.stderr)

@@ -542,8 +542,8 @@ class Trainer:
         if not math.isfinite(mean_loss):
             raise TrainingError(
                 f"the loss became {mean_loss} at step {state['step'] + 1} (epoch "
-                f"{state['epoch']}), so training stopped with the last good checkpoint in "
-                f"{self.checkpoints} untouched: lower --lr-scale or set --clip-norm.")
+                f"{state['epoch']}), so training stopped {self._what_is_kept()}: lower "
+                "--lr-scale or set --clip-norm.")
         if graphs is not None:  # clipping waits for the update's graph
             grad_norm = graphs.gradient_norm()
         else:  # every process: the gradient of the step's mean token loss
@@ -553,8 +553,8 @@ class Trainer:
             raise TrainingError(
                 f"the gradient norm became {grad_norm} at step {state['step'] + 1} (epoch "
                 f"{state['epoch']}) with a finite loss of {mean_loss:.4f}, so the update was "
-                f"not applied and training stopped with the last good checkpoint in "
-                f"{self.checkpoints} untouched: lower --lr-scale.")
+                f"not applied and training stopped {self._what_is_kept()}: lower "
+                "--lr-scale.")
         state["step"] += 1
         self.optimizer.lr = noam_rate(state["step"], self.model.config.d_model,
                                       c.warmup_steps, c.lr_scale)
@@ -623,6 +623,13 @@ class Trainer:
         shares = comm.allgather_json(mine)
         return [shares[i % comm.size][i // comm.size] for i in range(len(sentences))]
 
+    def _what_is_kept(self) -> str:
+        """The end of a stopped run's message: its last good checkpoint, or that it has none."""
+        if (self.checkpoints / "last.npz").exists():
+            return f"with the last good checkpoint in {self.checkpoints} untouched"
+        return (f"before its first checkpoint, leaving nothing to resume (remove "
+                f"{self.run_dir} and start again)")
+
     def _validate_and_save(self, log: Any) -> dict[str, Any]:
         state = self.state
         result = self.validate()
@@ -633,8 +640,8 @@ class Trainer:
             raise TrainingError(                        # out of every checkpoint
                 f"the validation loss became {result['valid_loss']} at step {state['step']} "
                 f"(epoch {state['epoch']}) because an update made the parameters non-finite, "
-                f"so training stopped with the last good checkpoint in {self.checkpoints} "
-                "untouched: lower --lr-scale or set --clip-norm.")
+                f"so training stopped {self._what_is_kept()}: lower --lr-scale or set "
+                "--clip-norm.")
         metric, higher = SELECT_BY[self.config.select_by]
         # against best.npz's own figure (a resumed run may select by the other measure now)
         best = state.get("best") or [None, state.get("best_valid_loss"), None]  # (older runs)

@@ -85,13 +85,15 @@ def test_translate_from_arguments_a_file_and_stdin(trained_run, capsys, monkeypa
 def test_an_output_that_may_not_be_written_is_refused_before_translating(
         trained_run, capsys, monkeypatch, tmp_path, command):
     corpus, run = trained_run
-    monkeypatch.setattr("os.access", lambda path, mode: False)  # as a read-only folder
+    def read_only(path, *args, **kwargs):  # as a read-only folder (root may write anywhere)
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr("pathlib.Path.touch", read_only)
     checkpoint = str(run / "checkpoints" / "averaged.npz")
     inputs = (["ka lo"] if command == "translate"
               else ["--src", str(corpus / "test.xx"), "--ref", str(corpus / "test.yy")])
     assert cli.main([command, "--checkpoint", checkpoint, *inputs,
                      "--output", str(tmp_path / "out.txt")]) == 2
-    assert "its folder may not be written (permission denied); write elsewhere" in \
+    assert "its folder may not be written (Permission denied); write elsewhere" in \
         capsys.readouterr().err
 
 
@@ -290,13 +292,15 @@ def test_a_max_len_beyond_the_positional_table_is_refused_before_reading_data(tm
     assert not (tmp_path / "run").exists()
 
 
-def test_text_that_was_not_utf8_is_refused_naming_the_sentence(trained_run, capsys,
-                                                                monkeypatch):
+def test_text_that_was_not_utf8_is_left_untranslated_naming_the_line(trained_run, capsys,
+                                                                      monkeypatch):
     _, run = trained_run
     # what Python makes of the byte 0xE9 read with surrogateescape: a lone surrogate
     monkeypatch.setattr("sys.stdin", io.StringIO("ka lo\ncaf\udce9\n"))
-    assert cli.main(["translate", "--checkpoint", str(run / "checkpoints" / "final.npz")]) == 2
-    assert "sentence 2 of standard input is not valid UTF-8" in capsys.readouterr().err
+    assert cli.main(["translate", "--checkpoint", str(run / "checkpoints" / "final.npz")]) == 1
+    out, err = capsys.readouterr()
+    assert "line 2 of standard input is not valid UTF-8" in err
+    assert len(out.splitlines()) == 2 and out.splitlines()[1] == ""
 
 
 def test_an_output_that_cannot_be_written_is_refused_before_translating(trained_run, capsys,

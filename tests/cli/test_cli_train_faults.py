@@ -188,6 +188,44 @@ def test_a_nan_loss_names_the_step_and_keeps_the_last_good_checkpoint(corpus, tm
     assert last.state["trainer"]["step"] == 2
 
 
+def test_a_nan_before_the_first_checkpoint_says_there_is_nothing_to_resume(corpus, tmp_path,
+                                                                          monkeypatch, capsys):
+    """The message of a run stopped before it saved anything says what to do, and so do a
+    second run into the same folder and --resume (each once pointed the other way)."""
+    original_step = Trainer._step
+
+    def poisoned(self, group):
+        self.model.encoder.layers[0].feed_forward.w_1.weight.data[0, 0] = np.nan
+        return original_step(self, group)
+
+    monkeypatch.setattr(Trainer, "_step", poisoned)
+    run = tmp_path / "run"
+    assert train(corpus, run) == 1
+    assert only_line(capsys.readouterr().err) == (
+        f"minitransformer train: the loss became nan at step 1 (epoch 0), so training stopped "
+        f"before its first checkpoint, leaving nothing to resume (remove {run} and start "
+        "again): lower --lr-scale or set --clip-norm.")
+    monkeypatch.undo()
+    for options in ((), ("--resume",)):
+        assert train(corpus, run, *options) == 2
+        assert only_line(capsys.readouterr().err).startswith(
+            f"minitransformer train: {run} holds a run that stopped before its first "
+            "checkpoint (log.jsonl, no last.npz), so there is nothing to resume; remove that "
+            "folder and start again")
+
+
+def test_resume_refuses_another_vocabulary_size(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert train(corpus, run, "--max-steps", "2") == 0
+    capsys.readouterr()
+    vocabulary = load_checkpoint(run / "checkpoints" / "last.npz").config.src_vocab_size
+    assert train(corpus, run, "--resume", "--vocab-size", str(vocabulary + 10)) == 2
+    assert only_line(capsys.readouterr().err) == (
+        f"minitransformer train: --vocab-size {vocabulary + 10} does not fit the run in {run}, "
+        f"whose vocabulary has {vocabulary} pieces; leave --vocab-size out to resume it, or "
+        "start afresh with another --out.")
+
+
 def test_the_logs_disk_turning_read_only_ends_without_a_traceback(corpus, tmp_path,
                                                                   monkeypatch, capsys):
     run = tmp_path / "run"
