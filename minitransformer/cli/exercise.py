@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from .values import at_least
 
@@ -62,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = check_exercise(args.name, path, seed=args.seed)
     except FileNotFoundError:
-        print(f"minitransformer check-exercise: no such file: {path}", file=sys.stderr)
+        what = "is a folder" if Path(path).is_dir() else "does not exist"
+        print(f"minitransformer check-exercise: {path} {what}; give the file of your "
+              f"{args.name} exercise, e.g. lessons/exercises/{args.name}.py.", file=sys.stderr)
         return 2
     print(json.dumps(result.as_dict(), ensure_ascii=False) if args.json else result.message)
     return 0 if result.passed else 1

@@ -151,7 +151,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise CheckpointError(f"{path} holds non-finite parameters (NaN or infinity), first in "
                               f"{broken}, so the run that wrote it had diverged; use an "
                               "earlier checkpoint of the run, e.g. best.npz or an earlier "
-                              "step-*.npz.")
+                              "step-*.npz (for `train --resume`, copy it over "
+                              "checkpoints/last.npz).")
     optimizer_state = None
     if meta.get("optimizer") is not None:
         optimizer_state = dict(meta["optimizer"])
@@ -205,7 +206,8 @@ def _verify_checksums(path: Path, arrays: dict[str, np.ndarray], checksums: Any)
         else:
             continue
         raise CheckpointError(f"{path} is damaged: its array {name} {problem}; use another "
-                              "checkpoint of the run, e.g. best.npz or an earlier step-*.npz.")
+                              "checkpoint of the run, e.g. best.npz or an earlier step-*.npz "
+                              "(for `train --resume`, copy it over checkpoints/last.npz).")
 
 
 def restore_model(checkpoint: Checkpoint, device: str | None = None) -> Any:

@@ -273,7 +273,10 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     assert "choose one of linear, softmax, layer_norm" in capsys.readouterr().err
     missing = tmp_path / "nope.py"
     assert cli.main(["check-exercise", "softmax", str(missing)]) == 2
-    assert f"no such file: {missing}" in capsys.readouterr().err
+    assert f"{missing} does not exist; give the file of your softmax exercise" in \
+        capsys.readouterr().err
+    assert cli.main(["check-exercise", "softmax", str(tmp_path)]) == 2
+    assert f"{tmp_path} is a folder" in capsys.readouterr().err
     assert cli.main(["check-exercise"]) == 2
     assert cli.main(["check-exercise", "--list"]) == 0
     listing = capsys.readouterr().out

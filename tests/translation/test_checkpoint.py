@@ -358,7 +358,7 @@ def test_non_finite_parameters_are_refused_naming_the_first_array_that_holds_the
     assert str(refused.value) == (
         f"{path} holds non-finite parameters (NaN or infinity), first in {first}, so the run "
         "that wrote it had diverged; use an earlier checkpoint of the run, e.g. best.npz or an "
-        "earlier step-*.npz.")
+        "earlier step-*.npz (for `train --resume`, copy it over checkpoints/last.npz).")
 
 
 def test_translate_refuses_a_checkpoint_of_nan_weights_in_one_sentence(tmp_path):
@@ -381,4 +381,5 @@ def test_translate_refuses_a_checkpoint_of_nan_weights_in_one_sentence(tmp_path)
     assert result.stderr == (f"minitransformer translate: {path} holds non-finite parameters "
                              "(NaN or infinity), first in src_embed.weight, so the run that "
                              "wrote it had diverged; use an earlier checkpoint of the run, e.g. "
-                             "best.npz or an earlier step-*.npz.\n")
+                             "best.npz or an earlier step-*.npz (for `train --resume`, copy "
+                             "it over checkpoints/last.npz).\n")
