@@ -8,6 +8,8 @@ drawn: importing ``viz`` costs nothing.
 from __future__ import annotations
 
 import functools
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +37,30 @@ def pyplot() -> Any:
 
 def save_figure(figure: Any, path: str | Path | None) -> Any:
     """Write ``figure`` to ``path`` (its suffix names the format) if one is given; return it."""
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    if path is None:
+        return figure
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.suffix:  # matplotlib names the format and adds its suffix itself
         figure.savefig(path, dpi=120, bbox_inches="tight")
+    else:
+        written_in_place(path, lambda temporary: figure.savefig(temporary, dpi=120,
+                                                                bbox_inches="tight"))
     return figure
+
+
+def written_in_place(path: Path, write: Callable[[Path], Any]) -> None:
+    """``write(temporary)``, a file beside ``path`` with its suffix, then renamed to ``path``:
+    a failed write (a full disk) leaves no half picture, and an earlier one as it was."""
+    temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        try:  # the write's own error goes on; a failed clean-up must not replace it
+            temporary.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def graphviz_module() -> Any:
@@ -84,7 +106,8 @@ def save_graph(graph: Any, path: str | Path | None) -> Any:
                          "source.")
     path.parent.mkdir(parents=True, exist_ok=True)
     if suffix in {"gv", "dot"}:
-        path.write_text(graph.source, encoding="utf-8")
+        written_in_place(path, lambda temporary: temporary.write_text(graph.source,
+                                                                      encoding="utf-8"))
         return graph
     laid_out = graph
     if suffix in RASTER_FORMATS:  # Graphviz's 96 dots per inch blur small labels
@@ -94,5 +117,5 @@ def save_graph(graph: Any, path: str | Path | None) -> Any:
         picture = laid_out.pipe(format=suffix)
     except graphviz.ExecutableNotFound:
         raise GraphvizMissing(MISSING_DOT) from None
-    path.write_bytes(picture)
+    written_in_place(path, lambda temporary: temporary.write_bytes(picture))
     return graph

@@ -206,3 +206,110 @@ def test_an_out_that_is_not_a_picture_file_stops_the_command_while_parsing(pictu
     assert ("argument --out: must be a file name ending in .png (or another picture format: "
             in capsys.readouterr().err)
     assert not list(tmp_path.iterdir())
+
+
+# every picture, with arguments that would be refused later (a missing checkpoint or log, an
+# unknown configuration, no gradient check of that name): --out is checked before them
+REFUSED_LATER = [["positions"], ["schedule"], ["gradcheck", "--filter", "no such case"],
+                 ["curves", "missing.jsonl"], ["model", "--config", "huge"],
+                 ["attention", "the dog", "--checkpoint", "missing.npz"]]
+
+
+def unwritable_outs(tmp_path, picture):
+    """(--out, what the command says about it) for outs no picture can be written to."""
+    folder, file = tmp_path / "d.png", tmp_path / "file.txt"
+    folder.mkdir()
+    file.write_text("not a folder")
+    return [
+        (str(folder), f"--out {folder} is a folder; give a file name for the picture, such as "
+                      f"{folder / f'{picture}.png'}."),
+        (f"{tmp_path / 'new.png'}/", f"--out {tmp_path / 'new.png'}/ ends in '/', so it names a "
+                                     f"folder; give a file name for the picture, such as "
+                                     f"{tmp_path / 'new.png'}."),
+        (str(file / "x.png"), f"--out {file / 'x.png'} is under {file}, which is a file, not a "
+                              "folder; give an --out in a folder."),
+        (str(file / "sub" / "x.png"), f"--out {file / 'sub' / 'x.png'} is under {file}, which "
+                                      "is a file, not a folder; give an --out in a folder."),
+        ("/proc/x.png", "cannot create --out /proc/x.png ("),
+        ("/proc/sub/x.png", "cannot create --out /proc/sub/x.png ("),
+    ]
+
+
+@pytest.mark.parametrize("picture", REFUSED_LATER, ids=lambda picture: picture[0])
+def test_an_out_that_cannot_be_written_is_refused_before_any_work(picture, tmp_path, capsys,
+                                                                  monkeypatch):
+    """Each failed with exit status 1 only after the work (a checkpoint loaded, the picture
+    drawn, the gradient checks run), in a traceback or a line naming no option; "new.png/"
+    wrote new.png/.png."""
+    monkeypatch.chdir(tmp_path)
+    for out, message in unwritable_outs(tmp_path, picture[0]):
+        before = sorted(tmp_path.rglob("*"))
+        assert cli.main(["plot", *picture, "--out", out]) == 2, out
+        err = capsys.readouterr().err
+        assert f"minitransformer plot {picture[0]}: {message}" in err, err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert sorted(tmp_path.rglob("*")) == before  # the check leaves nothing behind
+        if out.startswith("/proc/"):
+            assert err.rstrip().endswith("; give an --out in a folder you can write to.")
+
+
+def test_the_check_of_out_leaves_nothing_behind_and_keeps_what_was_there(tmp_path, capsys):
+    """It creates the file (or its first missing folder) to see that it can, and removes it;
+    a picture already there is left as it is until the new one is written."""
+    new, old = tmp_path / "new" / "deeper" / "m.png", tmp_path / "old.png"
+    old.write_bytes(b"the old picture")
+    for out in (new, old):
+        assert cli.main(["plot", "model", "--config", "huge", "--out", str(out)]) == 2
+        assert "unknown configuration 'huge'" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    assert old.read_bytes() == b"the old picture"
+    for out in (new, old):  # folders that do not exist yet are made, as before
+        assert cli.main(["plot", "positions", "--length", "5", "--out", str(out)]) == 0
+        assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("picture", [["positions", "--length", "5"],
+                                     ["attention", "the dog", "--kind", "cross"],
+                                     ["attention", "the dog", "--kind", "encoder"]],
+                         ids=lambda picture: "-".join(picture[::2]))
+def test_a_write_that_fails_after_the_work_is_one_sentence(picture, checkpoint, tmp_path,
+                                                           capsys, monkeypatch):
+    """A full disk failed with PIL's traceback, or said "could not write standard output";
+    now one sentence naming the picture, exit status 1, no half-written picture, an earlier
+    picture as it was, and no figure left open."""
+    from matplotlib import pyplot
+    from matplotlib.figure import Figure
+
+    def full_disk(figure, path, **kw):
+        with open(path, "wb") as half:
+            half.write(b"\x89PN")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", full_disk)
+    extra = ["--checkpoint", str(checkpoint)] if picture[0] == "attention" else []
+    out, old = tmp_path / "p.png", tmp_path / "old.png"
+    old.write_bytes(b"the old picture")
+    open_before = pyplot.get_fignums()
+    for target in (out, old):
+        assert cli.main(["plot", *picture, *extra, "--out", str(target)]) == 1
+        captured = capsys.readouterr()
+        assert captured.err == (f"minitransformer plot {picture[0]}: writing {target} failed "
+                                "(No space left on device); free some space or give another "
+                                "--out.\n")
+        assert "wrote" not in captured.out
+    assert not out.exists()  # half written by this run: removed
+    assert old.read_bytes() == b"the old picture"  # written beside it, never renamed over it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.png"]  # no temporary file left
+    assert pyplot.get_fignums() == open_before
+
+
+def test_a_sentence_that_is_not_utf8_is_explained(checkpoint, tmp_path, capsys):
+    """`plot attention "$(printf 'ab\\xffcd')"` reached SentencePiece, which failed with a
+    RuntimeError traceback: Python keeps such bytes of the command line as lone surrogates."""
+    out = tmp_path / "a.png"
+    assert cli.main(["plot", "attention", "ab\udcffcd", "--checkpoint", str(checkpoint),
+                     "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == ("minitransformer plot attention: sentence 1 of the command line is not valid "
+                   "UTF-8; convert the text to UTF-8 (e.g. with iconv) and try again.\n")
+    assert not out.exists()
