@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .values import at_least, between, positive_float, vocabulary_size
+from .outputs import picture_out_refused, write_picture
+from .values import at_least, between, check_utf8, positive_float, vocabulary_size
 
 # plot model traces a real forward pass: 4 × (512 + 512) tokens of the `big` model took 10 s
 # and 2.5 GB on a 2-core Xeon, 16 × (512 + 512) took 30 s and 7 GB
@@ -104,89 +102,11 @@ def _matplotlib() -> None:
     matplotlib.use("Agg")  # files only: no window needed
 
 
-def _close(figure: Any) -> None:
-    """Let go of a figure once written: a program that runs the command many times (a
-    notebook, a test) would otherwise keep every figure open."""
-    import matplotlib.pyplot as plt
-
-    plt.close(figure)
-
-
-def _out_refused(args: argparse.Namespace) -> bool:
-    """Say why the picture cannot be written to --out and return True, before any work (a
-    checkpoint loaded, a forward pass, the gradient checks) that would be lost there; False
-    when it can be written."""
-    problem = _cannot_write(args.out, args.picture)
-    if problem:
-        print(f"minitransformer plot {args.picture}: {problem}", file=sys.stderr)
-    return problem is not None
-
-
-def _cannot_write(out: str, picture: str) -> str | None:
-    """Why the picture file ``out`` cannot be written, found by creating (and removing) it, or
-    the first of its folders that does not exist yet (saving makes them), or by opening it to
-    append when it exists; None when it can. (Asking os.access is not enough: as root it says
-    yes to /proc, where creating a file fails.)"""
-    path = Path(out)
-    if path.is_dir():
-        return (f"--out {out} is a folder; give a file name for the picture, such as "
-                f"{path / f'{picture}.png'}.")
-    if out.endswith(("/", os.sep)):  # matplotlib wrote "NAME/.png" in there
-        return (f"--out {out} ends in '{out[-1]}', so it names a folder; give a file name for "
-                f"the picture, such as {out.rstrip('/' + os.sep)}.")
-    try:
-        missing = []
-        for home in path.parents:  # the nearest that exists: "." or "/" at the latest
-            if home.exists():
-                break
-            missing.append(home)
-        if home.exists() and not home.is_dir():
-            return (f"--out {out} is under {home}, which is a file, not a folder; give an --out "
-                    "in a folder.")
-        if missing:
-            missing[-1].mkdir()
-            missing[-1].rmdir()
-        elif path.exists():
-            open(path, "ab").close()  # to append: the picture there stays as it is
-        else:
-            open(path, "xb").close()
-            path.unlink()
-    except OSError as exc:
-        return (f"cannot create --out {out} ({exc.strerror or exc}); give an --out in a folder "
-                "you can write to.")
-    return None
-
-
-def _write(args: argparse.Namespace, draw: Callable[[], Any]) -> int:
-    """Run ``draw``, which draws the picture and saves it to --out, and let go of its figure:
-    0, or 1 with one sentence when writing failed after the work (a full disk). The picture is
-    written beside --out and renamed into place (``viz``), so an earlier one stays as it was;
-    a new file the failed write left behind is removed all the same."""
-    import matplotlib.pyplot as plt
-
-    figures, existed = set(plt.get_fignums()), Path(args.out).exists()
-    try:
-        figure = draw()
-    except OSError as exc:
-        for number in set(plt.get_fignums()) - figures:
-            plt.close(number)
-        if not existed:
-            with contextlib.suppress(OSError):
-                Path(args.out).unlink(missing_ok=True)
-        print(f"minitransformer plot {args.picture}: writing {args.out} failed "
-              f"({exc.strerror or exc}); free some space or give another --out.",
-              file=sys.stderr)
-        return 1
-    _close(figure)
-    print(f"wrote {args.out}")
-    return 0
-
-
 def run_model(args: argparse.Namespace) -> int:
     from .. import viz
     from ..nn import NAMED_CONFIGS, TransformerConfig
 
-    if _out_refused(args):
+    if picture_out_refused(args):
         return 2
     if args.config not in NAMED_CONFIGS:
         print(f"minitransformer plot model: unknown configuration {args.config!r}; choose one "
@@ -208,7 +128,7 @@ def run_model(args: argparse.Namespace) -> int:
         return 2
     _matplotlib()
     try:
-        return _write(args, lambda: viz.draw_model(
+        return write_picture(args, lambda: viz.draw_model(
             config, batch=(args.batch, args.src_len, args.tgt_len),
             layers_in_full=None if args.all_layers else 1, path=args.out))
     except MemoryError:
@@ -225,13 +145,12 @@ def run_attention(args: argparse.Namespace) -> int:
     from ..translation.checkpoint import CheckpointError
     from ..translation.decode import greedy_decode
     from ..translation.translator import load_translator
-    from .translate import _check_utf8
 
-    if _out_refused(args):
+    if picture_out_refused(args):
         return 2
     _matplotlib()
     try:
-        _check_utf8([args.sentence], "the command line")  # SentencePiece cannot take it
+        check_utf8([args.sentence], "the command line")  # SentencePiece cannot take it
         model, tokenizer = load_translator(args.checkpoint)
     except (CheckpointError, DataError) as exc:
         print(f"minitransformer plot attention: {exc}", file=sys.stderr)
@@ -261,7 +180,7 @@ def run_attention(args: argparse.Namespace) -> int:
         generated = [*out_ids, *[tokenizer.eos_id] * (best.finished and len(best.tokens) <= 40)]
         [weights] = cross_attention(model, [src_ids], [generated], tokenizer.bos_id, args.layer)
         output = [tokenizer.id_to_piece(i) for i in generated]
-        return _write(args, lambda: viz.attention_heads(
+        return write_picture(args, lambda: viz.attention_heads(
             weights, output, source, average=True,
             title=f"cross-attention, layer {args.layer % len(stack)} of {len(stack)}: each "
                   "generated token (row) looks at the source (columns)", path=args.out))
@@ -271,7 +190,7 @@ def run_attention(args: argparse.Namespace) -> int:
     attention.record_weights = False
     output = ["<s>", *(tokenizer.id_to_piece(i) for i in out_ids)]
     queries, keys = {"encoder": (source, source), "decoder": (output, output)}[args.kind]
-    return _write(args, lambda: viz.attention_heads(
+    return write_picture(args, lambda: viz.attention_heads(
         attention.weights.numpy()[0], queries, keys,
         title=f"{args.kind} attention, layer {args.layer % len(stack)} of {len(stack)}: rows "
               "look at columns", path=args.out))
@@ -280,10 +199,10 @@ def run_attention(args: argparse.Namespace) -> int:
 def run_positions(args: argparse.Namespace) -> int:
     from .. import viz
 
-    if _out_refused(args):
+    if picture_out_refused(args):
         return 2
     _matplotlib()
-    return _write(args, lambda: viz.positional_encoding(args.d_model, args.length,
+    return write_picture(args, lambda: viz.positional_encoding(args.d_model, args.length,
                                                         path=args.out))
 
 
@@ -291,12 +210,12 @@ def run_schedule(args: argparse.Namespace) -> int:
     from .. import viz
     from ..optim import noam_rate
 
-    if _out_refused(args):
+    if picture_out_refused(args):
         return 2
     _matplotlib()
     rates = [noam_rate(step, args.d_model, args.warmup, args.scale)
              for step in range(1, args.steps + 1)]
-    return _write(args, lambda: viz.schedule(
+    return write_picture(args, lambda: viz.schedule(
         rates, title=f"d_model {args.d_model}, warmup {args.warmup}, scale {args.scale}",
         path=args.out))
 
@@ -304,7 +223,7 @@ def run_schedule(args: argparse.Namespace) -> int:
 def run_curves(args: argparse.Namespace) -> int:
     from .. import viz
 
-    if _out_refused(args):
+    if picture_out_refused(args):
         return 2
     if not Path(args.log).is_file():
         print(f"minitransformer plot curves: no log at {args.log}; a run writes "
@@ -315,7 +234,7 @@ def run_curves(args: argparse.Namespace) -> int:
         print(f"minitransformer plot curves: {problem}", file=sys.stderr)
         return 2
     _matplotlib()
-    return _write(args, lambda: viz.training_curves(args.log, path=args.out))
+    return write_picture(args, lambda: viz.training_curves(args.log, path=args.out))
 
 
 def _log_problem(log: Path) -> str | None:
@@ -361,7 +280,7 @@ def run_gradcheck(args: argparse.Namespace) -> int:
     from .. import viz
     from ..verify.module_cases import full_suite
 
-    if _out_refused(args):
+    if picture_out_refused(args):
         return 2
     _matplotlib()
     rows = []
@@ -373,4 +292,4 @@ def run_gradcheck(args: argparse.Namespace) -> int:
         print(f"minitransformer plot gradcheck: no case name contains {args.filter!r}.",
               file=sys.stderr)
         return 2
-    return _write(args, lambda: viz.gradcheck_errors(rows, path=args.out))
+    return write_picture(args, lambda: viz.gradcheck_errors(rows, path=args.out))

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from pathlib import Path
 from typing import Any
 
-from .values import at_least, finite_float, language_code
+from .outputs import TranslationsOutput, check_output
+from .values import at_least, check_utf8, finite_float, language_code
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -144,12 +143,12 @@ def run_translate(args: argparse.Namespace) -> int:
                 raise DataError(f"--alignment-layer {args.alignment_layer} does not exist; the "
                                 f"model has {n} decoder layers (0 to {n - 1}, or -1 for the "
                                 "last).") from None
-        _check_output(args.output, {"--checkpoint": args.checkpoint, "--input": args.input})
+        check_output(args.output, {"--checkpoint": args.checkpoint, "--input": args.input})
         live = not (args.sentences or args.input) and arrives_over_time(sys.stdin)
         status = 0
         if args.sentences:
             batches: Any = [list(args.sentences)]
-            _check_utf8(batches[0], "an argument")
+            check_utf8(batches[0], "an argument")
         elif args.input:
             batches = [read_lines(args.input, allow_empty=True)]
         elif not live:  # a file given as standard input: there at once, read whole
@@ -161,7 +160,7 @@ def run_translate(args: argparse.Namespace) -> int:
     except (CheckpointError, DataError) as exc:
         print(f"minitransformer translate: {exc}", file=sys.stderr)
         return 2
-    out = _Output(args.output)
+    out = TranslationsOutput(args.output)
     if not live:
         try:
             out.write(_translations(model, tokenizer, batches[0], args, 0, graphs))
@@ -267,98 +266,6 @@ def _decoded(lines: list[bytes], first: int) -> tuple[list[str], int]:
     return sentences, status
 
 
-class _Output:
-    """Where translations go: --output, else standard output. The file is written to a
-    temporary one beside it, renamed into place at the end: complete, or absent and any
-    earlier file there as it was (a device or a pipe is written directly). If writing it fails
-    (a full disk), what it held and the rest go to standard output, and the status becomes 1."""
-
-    def __init__(self, path: str | None):
-        from ..data.parallel import replaceable
-
-        self.path, self.status = path, 0
-        self.file: Any = None
-        self.written = 0                   # bytes in the temporary file, each write flushed
-        self.target = None if path is None else replaceable(path)
-        self.temporary = None if self.target is None else \
-            self.target.with_name(f".{self.target.name}.{os.getpid()}.tmp")
-
-    def write(self, text: str) -> None:
-        data = text.encode("utf-8")
-        if self.path and not self.status:
-            try:
-                if self.file is None:
-                    self.file = open(self.temporary or self.path, "wb")  # noqa: SIM115
-                self.file.write(data)
-                self.file.flush()
-                self.written += len(data)
-                return
-            except OSError as exc:
-                data = self._failed(exc) + data
-        _to_standard_output(data)
-
-    def close(self) -> None:
-        """The file renamed into place (standard output needs nothing)."""
-        if self.file is None or self.status:
-            return
-        try:
-            self.file.close()
-            if self.temporary is not None:
-                os.replace(self.temporary, self.target)
-        except OSError as exc:
-            _to_standard_output(self._failed(exc))
-
-    def discard(self) -> None:
-        """Nothing written: the temporary file removed, an earlier file left as it was."""
-        if self.file is not None and not self.status:
-            self.status = -1  # neither renamed at close nor reported
-            self._remove()
-
-    def _failed(self, exc: OSError) -> bytes:
-        """Say so, and take back what the temporary file held, removing it."""
-        print(f"minitransformer translate: could not write --output {self.path} "
-              f"({exc.strerror or exc}); the translations follow on standard output.",
-              file=sys.stderr)
-        self.status = 1
-        held = b""
-        if self.temporary is not None:  # a device keeps what it took
-            try:
-                with open(self.temporary, "rb") as file:
-                    held = file.read(self.written)
-            except OSError:
-                pass
-        self._remove()
-        return held
-
-    def _remove(self) -> None:
-        try:
-            if self.file is not None:
-                self.file.close()
-        except OSError:
-            pass
-        try:
-            if self.temporary is not None:
-                self.temporary.unlink(missing_ok=True)
-        except OSError:
-            pass
-
-
-def _to_standard_output(data: bytes) -> None:
-    """Write all of ``data`` to standard output. A large write to a pipe whose reader has
-    gone can be cut short without an error from Python's buffered file; os.write's count
-    tells, and the next write raises BrokenPipeError."""
-    sys.stdout.flush()
-    try:
-        descriptor = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # replaced by a file-like object (tests)
-        sys.stdout.write(data.decode("utf-8"))
-        sys.stdout.flush()
-        return
-    view = memoryview(data)
-    while view:
-        view = view[os.write(descriptor, view):]
-
-
 def run_evaluate(args: argparse.Namespace) -> int:
     from ..data.errors import DataError
     from ..data.parallel import read_parallel, write_lines
@@ -391,7 +298,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             pairs = getattr(corpus, split)
         else:
             pairs = read_parallel(args.src, args.ref)
-        _check_output(args.output, {"--checkpoint": args.checkpoint, "--src": args.src,
+        check_output(args.output, {"--checkpoint": args.checkpoint, "--src": args.src,
                                     "--ref": args.ref})
     except (CheckpointError, DataError) as exc:
         print(f"minitransformer evaluate: {exc}", file=sys.stderr)
@@ -440,50 +347,3 @@ def _contradicting_options(args: argparse.Namespace) -> str | None:
                     "read from --data, which was not given; leave "
                     f"{'it' if len(given) == 1 else 'them'} out, or give --data.")
     return None
-
-
-def _check_utf8(sentences: list[str], source: str) -> None:
-    """Refuse text that was not UTF-8: Python keeps such bytes as lone surrogates, which
-    SentencePiece cannot take."""
-    from ..data.errors import DataError
-
-    for number, sentence in enumerate(sentences, 1):
-        try:
-            sentence.encode("utf-8")
-        except UnicodeEncodeError:
-            raise DataError(f"sentence {number} of {source} is not valid UTF-8; convert the "
-                            "text to UTF-8 (e.g. with iconv) and try again.") from None
-
-
-def _check_output(output: str | None, inputs: dict[str, str | None]) -> None:
-    """Refuse an --output the translations could not be written to, or that is one of the
-    command's ``inputs`` (option -> path), before translating."""
-    from ..data.errors import DataError
-    from ..data.parallel import replaceable
-
-    if output is None:
-        return
-    path = Path(output)
-    if path.is_dir():
-        raise DataError(f"--output {path} is a folder; give a file name for the translations.")
-    if not path.parent.is_dir():
-        raise DataError(f"--output {path}: the folder {path.parent} does not exist; create it "
-                        "or write elsewhere.")
-    for option, given in inputs.items():
-        if given and path.exists() and Path(given).exists() and os.path.samefile(path, given):
-            raise DataError(f"--output {path} is the {option} file, which the translations "
-                            "would replace; write them elsewhere.")
-    # The temporary file beside it, tried: as root, os.access says yes even where nothing may
-    # be created (/proc). A device or a pipe is written directly, without one.
-    target = replaceable(path)
-    if target is not None:
-        probe = target.with_name(f".{target.name}.{os.getpid()}.probe")
-        try:
-            probe.touch(exist_ok=False)
-            probe.unlink()
-        except OSError as exc:
-            raise DataError(f"--output {path}: its folder may not be written "
-                            f"({exc.strerror or exc}); write elsewhere.") from None
-    if path.exists() and not os.access(path, os.W_OK):
-        raise DataError(f"--output {path}: the file may not be written (permission denied); "
-                        "write elsewhere.")

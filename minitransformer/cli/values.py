@@ -1,6 +1,7 @@
 """Argument types that refuse impossible values while parsing, so that a bad number stops the
 command at once with argparse's one-line error (``argument --beam: must be a whole number of
-at least 1, got 0``) rather than hours later, deep inside training or decoding."""
+at least 1, got 0``) rather than hours later, deep inside training or decoding; and text
+from the command line or standard input that was not UTF-8 (``check_utf8``)."""
 
 from __future__ import annotations
 
@@ -94,3 +95,16 @@ def vocabulary_size(text: str) -> int:
             f"must be a whole number from {SMALLEST_VOCABULARY} (the 4 special pieces, the word "
             f"boundary and one character) to {LARGEST_VOCABULARY:,}, got {value}")
     return value
+
+
+def check_utf8(sentences: list[str], source: str) -> None:
+    """Refuse text that was not UTF-8: Python keeps such bytes as lone surrogates, which
+    SentencePiece cannot take."""
+    from ..data.errors import DataError
+
+    for number, sentence in enumerate(sentences, 1):
+        try:
+            sentence.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DataError(f"sentence {number} of {source} is not valid UTF-8; convert the "
+                            "text to UTF-8 (e.g. with iconv) and try again.") from None

@@ -277,7 +277,7 @@ def test_a_reader_that_leaves_in_the_middle_of_a_write_is_noticed(monkeypatch):
     """A large write to a pipe whose reader goes away after the first bytes: Python's buffered
     file can return without an error, the rest dropped; the CLI's write raises, and the
     command then ends with status 1 (the reader of the output went away)."""
-    from minitransformer.cli.translate import _to_standard_output
+    from minitransformer.cli.outputs import to_standard_output
 
     read_end, write_end = os.pipe()
     stdout = os.fdopen(write_end, "w")
@@ -286,7 +286,7 @@ def test_a_reader_that_leaves_in_the_middle_of_a_write_is_noticed(monkeypatch):
     reader.start()
     try:
         with pytest.raises(BrokenPipeError):
-            _to_standard_output(b"x" * 4_000_000)
+            to_standard_output(b"x" * 4_000_000)
     finally:
         reader.join()
         os.close(write_end)

@@ -1,0 +1,223 @@
+"""Where a command's results go: a path checked before the work, written whole, and
+standard output written in full.
+
+    check_output(output, inputs)     translate's and evaluate's --output, before translating
+    TranslationsOutput(path)         the translations, to --output or standard output
+    to_standard_output(data)         all of it, or BrokenPipeError when the reader has gone
+    picture_out_refused(args)        plot's --out, before drawing
+    write_picture(args, draw)        draw and save it, one sentence if saving fails
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def check_output(output: str | None, inputs: dict[str, str | None]) -> None:
+    """Refuse an --output the translations could not be written to, or that is one of the
+    command's ``inputs`` (option -> path), before translating."""
+    from ..data.errors import DataError
+    from ..data.parallel import replaceable
+
+    if output is None:
+        return
+    path = Path(output)
+    if path.is_dir():
+        raise DataError(f"--output {path} is a folder; give a file name for the translations.")
+    if not path.parent.is_dir():
+        raise DataError(f"--output {path}: the folder {path.parent} does not exist; create it "
+                        "or write elsewhere.")
+    for option, given in inputs.items():
+        if given and path.exists() and Path(given).exists() and os.path.samefile(path, given):
+            raise DataError(f"--output {path} is the {option} file, which the translations "
+                            "would replace; write them elsewhere.")
+    # The temporary file beside it, tried: as root, os.access says yes even where nothing may
+    # be created (/proc). A device or a pipe is written directly, without one.
+    target = replaceable(path)
+    if target is not None:
+        probe = target.with_name(f".{target.name}.{os.getpid()}.probe")
+        try:
+            probe.touch(exist_ok=False)
+            probe.unlink()
+        except OSError as exc:
+            raise DataError(f"--output {path}: its folder may not be written "
+                            f"({exc.strerror or exc}); write elsewhere.") from None
+    if path.exists() and not os.access(path, os.W_OK):
+        raise DataError(f"--output {path}: the file may not be written (permission denied); "
+                        "write elsewhere.")
+
+
+class TranslationsOutput:
+    """Where translations go: --output, else standard output. The file is written to a
+    temporary one beside it, renamed into place at the end: complete, or absent and any
+    earlier file there as it was (a device or a pipe is written directly). If writing it fails
+    (a full disk), what it held and the rest go to standard output, and the status becomes 1."""
+
+    def __init__(self, path: str | None):
+        from ..data.parallel import replaceable
+
+        self.path, self.status = path, 0
+        self.file: Any = None
+        self.written = 0                   # bytes in the temporary file, each write flushed
+        self.target = None if path is None else replaceable(path)
+        self.temporary = None if self.target is None else \
+            self.target.with_name(f".{self.target.name}.{os.getpid()}.tmp")
+
+    def write(self, text: str) -> None:
+        data = text.encode("utf-8")
+        if self.path and not self.status:
+            try:
+                if self.file is None:
+                    self.file = open(self.temporary or self.path, "wb")  # noqa: SIM115
+                self.file.write(data)
+                self.file.flush()
+                self.written += len(data)
+                return
+            except OSError as exc:
+                data = self._failed(exc) + data
+        to_standard_output(data)
+
+    def close(self) -> None:
+        """The file renamed into place (standard output needs nothing)."""
+        if self.file is None or self.status:
+            return
+        try:
+            self.file.close()
+            if self.temporary is not None:
+                os.replace(self.temporary, self.target)
+        except OSError as exc:
+            to_standard_output(self._failed(exc))
+
+    def discard(self) -> None:
+        """Nothing written: the temporary file removed, an earlier file left as it was."""
+        if self.file is not None and not self.status:
+            self.status = -1  # neither renamed at close nor reported
+            self._remove()
+
+    def _failed(self, exc: OSError) -> bytes:
+        """Say so, and take back what the temporary file held, removing it."""
+        print(f"minitransformer translate: could not write --output {self.path} "
+              f"({exc.strerror or exc}); the translations follow on standard output.",
+              file=sys.stderr)
+        self.status = 1
+        held = b""
+        if self.temporary is not None:  # a device keeps what it took
+            try:
+                with open(self.temporary, "rb") as file:
+                    held = file.read(self.written)
+            except OSError:
+                pass
+        self._remove()
+        return held
+
+    def _remove(self) -> None:
+        try:
+            if self.file is not None:
+                self.file.close()
+        except OSError:
+            pass
+        try:
+            if self.temporary is not None:
+                self.temporary.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def to_standard_output(data: bytes) -> None:
+    """Write all of ``data`` to standard output. A large write to a pipe whose reader has
+    gone can be cut short without an error from Python's buffered file; os.write's count
+    tells, and the next write raises BrokenPipeError."""
+    sys.stdout.flush()
+    try:
+        descriptor = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by a file-like object (tests)
+        sys.stdout.write(data.decode("utf-8"))
+        sys.stdout.flush()
+        return
+    view = memoryview(data)
+    while view:
+        view = view[os.write(descriptor, view):]
+
+
+def picture_out_refused(args: argparse.Namespace) -> bool:
+    """Say why the picture cannot be written to --out and return True, before any work (a
+    checkpoint loaded, a forward pass, the gradient checks) that would be lost there; False
+    when it can be written."""
+    problem = _cannotwrite_picture(args.out, args.picture)
+    if problem:
+        print(f"minitransformer plot {args.picture}: {problem}", file=sys.stderr)
+    return problem is not None
+
+
+def _cannotwrite_picture(out: str, picture: str) -> str | None:
+    """Why the picture file ``out`` cannot be written, found by creating (and removing) it, or
+    the first of its folders that does not exist yet (saving makes them), or by opening it to
+    append when it exists; None when it can. (Asking os.access is not enough: as root it says
+    yes to /proc, where creating a file fails.)"""
+    path = Path(out)
+    if path.is_dir():
+        return (f"--out {out} is a folder; give a file name for the picture, such as "
+                f"{path / f'{picture}.png'}.")
+    if out.endswith(("/", os.sep)):  # matplotlib wrote "NAME/.png" in there
+        return (f"--out {out} ends in '{out[-1]}', so it names a folder; give a file name for "
+                f"the picture, such as {out.rstrip('/' + os.sep)}.")
+    try:
+        missing = []
+        for home in path.parents:  # the nearest that exists: "." or "/" at the latest
+            if home.exists():
+                break
+            missing.append(home)
+        if home.exists() and not home.is_dir():
+            return (f"--out {out} is under {home}, which is a file, not a folder; give an --out "
+                    "in a folder.")
+        if missing:
+            missing[-1].mkdir()
+            missing[-1].rmdir()
+        elif path.exists():
+            open(path, "ab").close()  # to append: the picture there stays as it is
+        else:
+            open(path, "xb").close()
+            path.unlink()
+    except OSError as exc:
+        return (f"cannot create --out {out} ({exc.strerror or exc}); give an --out in a folder "
+                "you can write to.")
+    return None
+
+
+def write_picture(args: argparse.Namespace, draw: Callable[[], Any]) -> int:
+    """Run ``draw``, which draws the picture and saves it to --out, and let go of its figure:
+    0, or 1 with one sentence when writing failed after the work (a full disk). The picture is
+    written beside --out and renamed into place (``viz``), so an earlier one stays as it was;
+    a new file the failed write left behind is removed all the same."""
+    import matplotlib.pyplot as plt
+
+    figures, existed = set(plt.get_fignums()), Path(args.out).exists()
+    try:
+        figure = draw()
+    except OSError as exc:
+        for number in set(plt.get_fignums()) - figures:
+            plt.close(number)
+        if not existed:
+            with contextlib.suppress(OSError):
+                Path(args.out).unlink(missing_ok=True)
+        print(f"minitransformer plot {args.picture}: writing {args.out} failed "
+              f"({exc.strerror or exc}); free some space or give another --out.",
+              file=sys.stderr)
+        return 1
+    _close(figure)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _close(figure: Any) -> None:
+    """Let go of a figure once written: a program that runs the command many times (a
+    notebook, a test) would otherwise keep every figure open."""
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
