@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .values import at_least
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
@@ -26,7 +28,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         description="Generate the built-in task from a seed and write train/valid/test files, "
                     "to read them or to train on them like any other corpus.")
     b.add_argument("--dest", required=True, help="folder to write the files into")
-    b.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    b.add_argument("--seed", type=at_least(0), default=0, help="generator seed (default 0)")
     b.set_defaults(run=run_builtin)
 
 
@@ -67,14 +69,20 @@ def run_multi30k(args: argparse.Namespace) -> int:
 
 
 def run_builtin(args: argparse.Namespace) -> int:
+    """Exit status 2 for a --dest where the files cannot be written; the folder then holds
+    what it held before (the six files are written whole or not at all)."""
     from ..data.builtin import write_task
+    from ..data.errors import DataError
 
     try:
         write_task(args.dest, seed=args.seed)
-    except OSError as exc:  # --dest is a file, or a place that cannot be written
+    except DataError as exc:  # a folder where one of the files goes
+        print(f"minitransformer data builtin: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # --dest is a file, a place that cannot be written, a full disk
         print(f"minitransformer data builtin: cannot write into --dest {args.dest} "
-              f"({exc.strerror or exc}); give a folder that can be created or written.",
-              file=sys.stderr)
+              f"({exc.strerror or exc}), so no file there was changed; give a folder that can "
+              "be created or written, with room for the task (about 2.5 MB).", file=sys.stderr)
         return 2
     print(f"wrote the built-in task to {args.dest}")
     return 0

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import builtin_lexicon as lex
+from .parallel import write_files
 
 SOURCE_LANGUAGE = "en"   # a fragment of English
 TARGET_LANGUAGE = "vel"  # Velish, an invented German-like language
@@ -312,11 +313,18 @@ def builtin_task(seed: int = 0, n_train: int = 20000, n_valid: int = 500,
 
 def write_task(directory: str | Path, seed: int = 0, n_train: int = 20000, n_valid: int = 500,
                n_test: int = 500) -> Path:
-    """Write ``{split}.en`` and ``{split}.vel`` (UTF-8, one sentence a line) into ``directory``."""
+    """Write ``{split}.en`` and ``{split}.vel`` (UTF-8, one sentence a line) into ``directory``.
+
+    The six files are written whole or not at all: a failure (a full disk) raises OSError and
+    leaves ``directory`` holding what it held before. DataError if something other than a file
+    (a folder) has one of their names.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    files = {}
     for split, pairs in builtin_task(seed, n_train, n_valid, n_test).items():
         for lang, column in ((SOURCE_LANGUAGE, 0), (TARGET_LANGUAGE, 1)):
             lines = "".join(pair[column] + "\n" for pair in pairs)
-            (directory / f"{split}.{lang}").write_text(lines, encoding="utf-8", newline="\n")
+            files[directory / f"{split}.{lang}"] = lines.encode("utf-8")
+    write_files(files, "the built-in task")
     return directory

@@ -18,6 +18,7 @@ import gzip
 import hashlib
 import http.client
 import os
+import shlex
 import sys
 import tempfile
 import urllib.error
@@ -51,7 +52,6 @@ SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
 LANGS = ("de", "en")
 
 _CHUNK = 1 << 16
-_COMMAND = "minitransformer data multi30k --dest"
 
 
 def multi30k_name(split: str, lang: str) -> str:
@@ -74,7 +74,7 @@ def find_multi30k(directory: str | Path) -> dict[str, Path]:
     if missing:
         raise DataError(
             f"Multi30k files missing from {directory}: {', '.join(missing)}. "
-            f"Download them with `{_COMMAND} {directory}`, or copy them by hand from "
+            f"Download them with `{_command(directory)}`, or copy them by hand from "
             f"{DEFAULT_BASE_URL} into {directory}."
         )
     return paths
@@ -96,7 +96,7 @@ def verify_multi30k(directory: str | Path) -> dict[str, Path]:
     if problems:
         raise DataError(
             f"Multi30k files in {directory} do not verify:\n  " + "\n  ".join(problems)
-            + f"\nRun `{_COMMAND} {directory}` to download them again (files that verify "
+            + f"\nRun `{_command(directory)}` to download them again (files that verify "
             f"are kept), or copy them by hand from {DEFAULT_BASE_URL}."
         )
     return paths
@@ -127,23 +127,34 @@ def download_multi30k(
             if progress:
                 print(f"{name}: already present and verified", file=sys.stderr)
             continue
-        _download_one(name, base_url + name, final, timeout, progress)
+        _download_one(name, base_url, final, timeout, progress)
     return dest
 
 
-def _download_one(name: str, url: str, final: Path, timeout: float, progress: bool) -> None:
-    """Fetch ``url`` into a temporary file next to ``final``; rename it there once it verifies."""
+def _command(dest: Path, base_url: str = DEFAULT_BASE_URL) -> str:
+    """The command that downloads into ``dest`` from ``base_url`` again, quoted for a shell."""
+    words = ["minitransformer", "data", "multi30k", "--dest", str(dest)]
+    if base_url.rstrip("/") != DEFAULT_BASE_URL.rstrip("/"):
+        words += ["--base-url", base_url]
+    return shlex.join(words)
+
+
+def _download_one(name: str, base_url: str, final: Path, timeout: float,
+                  progress: bool) -> None:
+    """Fetch ``name`` from ``base_url`` into a temporary file next to ``final``; rename it there
+    once it verifies."""
+    url, retry = base_url + name, _command(final.parent, base_url)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=final.parent)
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
-            _fetch(url, out, final.parent, name, timeout, progress)
+            _fetch(url, out, retry, final.parent, name, timeout, progress)
         problem = _check(name, tmp)
         if problem is not None:
             raise DataError(
-                f"downloaded {problem}. Nothing was saved for it. Retry `{_COMMAND} "
-                f"{final.parent}`; if it keeps failing, the server at {url} serves a different "
-                f"file: copy the Multi30k task-1 file by hand into {final.parent}."
+                f"downloaded {problem}. Nothing was saved for it. Retry `{retry}`; if it keeps "
+                f"failing, the server at {url} serves a different file: copy the Multi30k "
+                f"task-1 file by hand into {final.parent}."
             )
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's file is private; a download is not
         os.replace(tmp, final)
@@ -158,15 +169,17 @@ def _umask() -> int:
     return mask
 
 
-def _fetch(url: str, out, dest: Path, name: str, timeout: float, progress: bool) -> None:
-    """Stream the body of ``url`` into the open file ``out``, with a tqdm bar."""
+def _fetch(url: str, out, retry: str, dest: Path, name: str, timeout: float,
+           progress: bool) -> None:
+    """Stream the body of ``url`` into the open file ``out``, with a tqdm bar; a network error
+    is a DataError that suggests the command ``retry``."""
     request = urllib.request.Request(url, headers={"User-Agent": "minitransformer"})
     try:
         response = urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as err:
-        raise _network_error(url, dest, f"HTTP {err.code} {err.reason}") from err
+        raise _network_error(url, retry, dest, f"HTTP {err.code} {err.reason}") from err
     except (OSError, http.client.HTTPException, ValueError) as err:
-        raise _network_error(url, dest, getattr(err, "reason", err)) from err
+        raise _network_error(url, retry, dest, getattr(err, "reason", err)) from err
     with response:
         length = response.headers.get("Content-Length")
         total = int(length) if length and length.isdigit() else None
@@ -177,19 +190,20 @@ def _fetch(url: str, out, dest: Path, name: str, timeout: float, progress: bool)
                 try:
                     chunk = response.read(_CHUNK)
                 except (OSError, http.client.HTTPException) as err:
-                    raise _network_error(url, dest, err) from err
+                    raise _network_error(url, retry, dest, err) from err
                 if not chunk:
                     break
                 out.write(chunk)  # disk errors propagate as they are, not as network errors
                 received += len(chunk)
                 bar.update(len(chunk))
     if total is not None and received != total:
-        raise _network_error(url, dest, f"connection closed after {received} of {total} bytes")
+        raise _network_error(url, retry, dest,
+                             f"connection closed after {received} of {total} bytes")
 
 
-def _network_error(url: str, dest: Path, reason: object) -> DataError:
+def _network_error(url: str, retry: str, dest: Path, reason: object) -> DataError:
     return DataError(
-        f"could not download {url}: {reason}. Retry `{_COMMAND} {dest}`, or copy the six "
+        f"could not download {url}: {reason}. Retry `{retry}`, or copy the six "
         f"Multi30k files ({', '.join(MULTI30K_FILES)}) by hand into {dest}."
     )
 

@@ -9,6 +9,7 @@ later pair out of alignment.
     read_lines(path)                     the sentences of one file
     write_lines(path, lines)             and back, complete or not at all
     replaceable(path)                    the file such a write replaces, if any
+    write_files({path: bytes}, writer)   several files, every one or none
     read_parallel(src_path, tgt_path)    [(source, target), ...], counts checked
     encode_pairs(pairs, tok, max_len)    token ids, too long or empty pairs dropped
     encode_kept(pairs, tok, max_len)     the same, with which were kept and why not
@@ -86,6 +87,56 @@ def replaceable(path: str | os.PathLike) -> Path | None:
     write reaches."""
     path = Path(path)  # exists and is_file follow links, as far as the thing they lead to
     return None if path.exists() and not path.is_file() else path.resolve()
+
+
+def write_files(files: dict[Path, bytes], writer: str) -> None:
+    """Write every file (path -> its bytes) or none. Each goes to a temporary file beside it;
+    once all are written they are renamed into place, an earlier file moved aside first so
+    that a failed rename can put it back. A symbolic link keeps leading where it did (its
+    target is replaced). DataError, before anything is written, where something other than a
+    file (a folder) has one of their names; ``writer`` names who writes them there."""
+    targets = {}
+    for path in files:
+        target = replaceable(path)
+        if target is None:  # os.replace would fail, or replace a folder's name, after the work
+            raise DataError(f"{path} is a folder or another thing that is not a file, where "
+                            f"{writer} writes its {path.name}; move it away or write to another "
+                            "folder.")
+        targets[path] = target
+    pid = os.getpid()
+    temporaries = {t: t.with_name(f".{t.name}.{pid}.tmp") for t in targets.values()}
+    moved: list[tuple[Path, Path | None]] = []  # (target, the earlier file moved aside)
+    try:
+        for path, data in files.items():
+            temporaries[targets[path]].write_bytes(data)
+        for target, temporary in temporaries.items():
+            aside = None
+            if target.exists():
+                aside = target.with_name(f".{target.name}.{pid}.old")
+                os.replace(target, aside)
+            moved.append((target, aside))
+            os.replace(temporary, target)
+    except BaseException:  # a full disk, Ctrl-C: put back what was there
+        for target, aside in reversed(moved):
+            if aside is None:
+                _quietly(target.unlink, True)
+            else:
+                _quietly(os.replace, aside, target)
+        raise
+    finally:
+        for temporary in temporaries.values():
+            _quietly(temporary.unlink, True)
+    for _, aside in moved:
+        if aside is not None:
+            _quietly(aside.unlink, True)
+
+
+def _quietly(clean_up, *args) -> None:
+    """A clean-up step whose failure must not hide the error being raised."""
+    try:
+        clean_up(*args)
+    except OSError:
+        pass
 
 
 def read_parallel(src_path: str | os.PathLike,

@@ -2,9 +2,11 @@
 carrying the phenomena its docstring promises (word order, agreement, no word-for-word map)."""
 
 import hashlib
+import os
 import random
 import re
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +21,7 @@ from minitransformer.data.builtin import (
     builtin_task,
     write_task,
 )
+from minitransformer.data.errors import DataError
 
 PRONOUNS = {p[0].capitalize(): (p[4], p[5]) for p in lex.PRONOUNS}  # "We" -> (1, True)
 NOUN = {n[0]: n for n in lex.NOUNS}                   # "dog" -> ("dog", "dogs", "kan", ...)
@@ -166,6 +169,71 @@ def test_write_task_writes_one_sentence_a_line(tmp_path):
         assert tgt.splitlines() == [t for _, t in task[split]]
         assert src.endswith("\n") and "\r" not in src
 
+
+
+def task_files(folder):
+    return {p.name: p.read_bytes() for p in folder.iterdir()}  # hidden temporaries too
+
+
+def test_a_full_disk_leaves_the_folder_as_it_was(tmp_path, monkeypatch):
+    """A full disk once left a truncated train.en of 1,048,576 bytes (the tmpfs's size)."""
+    folder = tmp_path / "builtin"
+    folder.mkdir()
+    (folder / "train.en").write_bytes(b"my own sentences\n")
+    (folder / "notes.txt").write_bytes(b"kept\n")
+    before = task_files(folder)
+    writes = []
+    real_write_bytes = Path.write_bytes
+
+    def write_bytes(self, data):
+        writes.append(self.name)
+        if len(writes) == 2:  # the second file: half of it, then the disk is full
+            real_write_bytes(self, data[:len(data) // 2])
+            raise OSError(28, "No space left on device")
+        return real_write_bytes(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", write_bytes)
+    with pytest.raises(OSError, match="No space left on device"):
+        write_task(folder, seed=2, n_train=40, n_valid=5, n_test=5)
+    assert len(writes) == 2
+    assert task_files(folder) == before
+
+
+def test_a_failed_rename_puts_back_the_files_already_replaced(tmp_path, monkeypatch):
+    """All six files or none: the task's splits come from one seed, and a mix of two seeds
+    would repeat sentences across splits."""
+    folder = write_task(tmp_path / "builtin", seed=1, n_train=40, n_valid=5, n_test=5)
+    before = task_files(folder)
+    real_replace = os.replace
+
+    def replace(source, target):
+        # valid.vel's new file, after train.* and valid.en were renamed into place
+        if Path(source).suffix == ".tmp" and Path(target).name == "valid.vel":
+            raise OSError(13, "Permission denied")
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OSError, match="Permission denied"):
+        write_task(folder, seed=2, n_train=40, n_valid=5, n_test=5)
+    assert task_files(folder) == before
+
+
+def test_a_second_run_replaces_the_files_and_leaves_nothing_else(tmp_path):
+    folder = write_task(tmp_path / "builtin", seed=1, n_train=40, n_valid=5, n_test=5)
+    write_task(folder, seed=2, n_train=40, n_valid=5, n_test=5)
+    assert task_files(folder) == task_files(
+        write_task(tmp_path / "fresh", seed=2, n_train=40, n_valid=5, n_test=5))
+
+
+def test_a_folder_in_the_way_is_refused_before_anything_is_written(tmp_path):
+    folder = tmp_path / "builtin"
+    (folder / "test.vel").mkdir(parents=True)
+    (folder / "test.vel" / "mine.txt").write_text("kept\n")
+    with pytest.raises(DataError, match=r"test\.vel is a folder .* move it away or write to "
+                                        r"another folder\."):
+        write_task(folder, seed=2, n_train=40, n_valid=5, n_test=5)
+    assert [p.name for p in folder.iterdir()] == ["test.vel"]
+    assert (folder / "test.vel" / "mine.txt").read_text() == "kept\n"
 
 # ---------------------------------------------------------------------- the phenomena
 def simple_with_pronoun_subject(pairs):
