@@ -526,8 +526,8 @@ for kind, n in where.items():
 # In the full mode about two hundred of the 74,752 differ by more than $10^{-6}$, almost all of
 # them the biases of the attention keys, and the gradients there are millions of times smaller
 # than the others'. (The gap starts at $10^{-6}$ after step 1.) The two runs add the same four
-# batch gradients in another order, $(g_0 + g_2) + (g_1 + g_3)$ against $((g_0 + g_1) + g_2) +
-# g_3$, so their sums differ in float32's last bits. Where the true gradient is zero those bits
+# batch gradients in another order, $(g_0 + g_2) + (g_1 + g_3)$ against
+# $((g_0 + g_1) + g_2) + g_3$, so their sums differ in float32's last bits. Where the true gradient is zero those bits
 # are all there is, and a key bias's is: it shifts all of a query's scores by the same amount,
 # which the softmax ignores (chapter 4). Adam divides each gradient by its own running size
 # (chapter 13), so a gradient of $10^{-10}$ made of rounding still moves its weight by a
