@@ -68,16 +68,7 @@ def write_lines(path: str | os.PathLike, lines: Iterable[str]) -> None:
         with open(path, "wb") as file:
             file.write(text)
         return
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        with open(temporary, "wb") as file:
-            file.write(text)
-        os.replace(temporary, target)
-    finally:
-        try:  # the write's own error goes on; a failed clean-up must not replace it
-            temporary.unlink(missing_ok=True)
-        except OSError:
-            pass
+    write_files({target: text}, "this")
 
 
 def replaceable(path: str | os.PathLike) -> Path | None:
