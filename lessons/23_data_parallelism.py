@@ -527,16 +527,15 @@ for kind, n in where.items():
 # them the biases of the attention keys, and the gradients there are millions of times smaller
 # than the others'. (The gap starts at $10^{-6}$ after step 1.) The two runs add the same four
 # batch gradients in another order, $(g_0 + g_2) + (g_1 + g_3)$ against
-# $((g_0 + g_1) + g_2) + g_3$, so their sums differ in float32's last bits. Where the true gradient is zero those bits
-# are all there is, and a key bias's is: it shifts all of a query's scores by the same amount,
-# which the softmax ignores (chapter 4). Adam divides each gradient by its own running size
-# (chapter 13), so a gradient of $10^{-10}$ made of rounding still moves its weight by a
-# sizeable fraction of a step ($\epsilon = 10^{-9}$ is not much larger), in a direction the
-# rounding chose, another in each run. Thousands of other weights differ too, the rounding of
-# the sums carried into the next step, but nearly all by less than $10^{-7}$ after these 8
-# steps, and the losses agree. Neither run is more right than the other: both add the same
-# numbers, in different orders.
-#
+# $((g_0 + g_1) + g_2) + g_3$, so their sums differ in float32's last bits. Where the true
+# gradient is zero those bits are all there is, and a key bias's is: it shifts all of a query's
+# scores by the same amount, which the softmax ignores (chapter 4). Adam divides each gradient
+# by its own running size (chapter 13), so a gradient of $10^{-10}$ made of rounding still moves
+# its weight by a sizeable fraction of a step ($\epsilon = 10^{-9}$ is not much larger), in a
+# direction the rounding chose, another in each run. Thousands of other weights differ too, the
+# rounding of the sums carried into the next step, but nearly all by less than $10^{-7}$ after
+# these 8 steps, and the losses agree. Neither run is more right than the other: both add the
+# same numbers, in different orders.
 # ## Exercises
 #
 # 1. Two workers hold $n_0$ and $n_1$ target tokens. In the naive scheme (each worker averages
