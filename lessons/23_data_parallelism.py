@@ -536,6 +536,7 @@ for kind, n in where.items():
 # rounding of the sums carried into the next step, but nearly all by less than $10^{-7}$ after
 # these 8 steps, and the losses agree. Neither run is more right than the other: both add the
 # same numbers, in different orders.
+#
 # ## Exercises
 #
 # 1. Two workers hold $n_0$ and $n_1$ target tokens. In the naive scheme (each worker averages
