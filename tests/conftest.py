@@ -62,3 +62,36 @@ def compiled():
     _compiled.set_compiled_kernels(True)
     yield
     _compiled.set_compiled_kernels(False)
+
+
+class _FullDisk:
+    """A file whose writes stop half-way with the error of a full disk."""
+
+    def __init__(self, file):
+        self.file = file
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+    def write(self, data):
+        self.file.write(data[:len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+
+@pytest.fixture
+def disk_full_at_the_second_file(monkeypatch):
+    """Files written whole (data/parallel.py's write_files) meet a full disk at the second
+    one, half of it written; the fixture is the list of the names written so far."""
+    from minitransformer.data import parallel
+
+    writes, real = [], parallel.temporary_beside
+
+    def beside(target):
+        file, temporary = real(target)
+        writes.append(target.name)
+        return (_FullDisk(file) if len(writes) == 2 else file), temporary
+    monkeypatch.setattr(parallel, "temporary_beside", beside)
+    return writes

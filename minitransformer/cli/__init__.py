@@ -6,6 +6,7 @@ One module per command, each with ``add_parser(commands)`` and ``run(args) -> ex
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 
@@ -39,11 +40,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nminitransformer {args.command}: interrupted.", file=sys.stderr)
         return 130
     except OSError as exc:  # standard output on a full disk, say: one line, not a traceback
-        what = f"failed on {exc.filename}" if exc.filename else "could not write standard output"
+        if exc.filename:
+            what = f"failed on {exc.filename}"
+        elif exc.errno in _WRITE_ERRORS:  # no file named: what the command prints
+            what = "could not write standard output"
+            _stdout_to_nothing()
+        else:
+            what = "failed"
         print(f"minitransformer {args.command}: {what} ({exc.strerror or exc}).",
               file=sys.stderr)
-        _stdout_to_nothing()
         return 1
+
+
+# a write with nowhere left to go: a full disk or quota, a file grown too large, a failed device
+_WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
 
 
 def _stdout_to_nothing() -> None:

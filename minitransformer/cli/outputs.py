@@ -18,13 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..files import put_in_place, replaceable, temporary_beside
+
 
 def check_output(output: str | None, inputs: dict[str, str | None]) -> None:
     """Refuse an --output the translations could not be written to, or that is one of the
-    command's ``inputs`` (option -> path), before translating."""
+    command's ``inputs`` (option or file -> path), before translating."""
     from ..data.errors import DataError
-    from ..data.parallel import replaceable
-
     if output is None:
         return
     path = Path(output)
@@ -37,44 +37,44 @@ def check_output(output: str | None, inputs: dict[str, str | None]) -> None:
         if given and path.exists() and Path(given).exists() and os.path.samefile(path, given):
             raise DataError(f"--output {path} is the {option} file, which the translations "
                             "would replace; write them elsewhere.")
-    # The temporary file beside it, tried: as root, os.access says yes even where nothing may
-    # be created (/proc). A device or a pipe is written directly, without one.
-    target = replaceable(path)
-    if target is not None:
-        probe = target.with_name(f".{target.name}.{os.getpid()}.probe")
-        try:
-            probe.touch(exist_ok=False)
-            probe.unlink()
-        except OSError as exc:
-            raise DataError(f"--output {path}: its folder may not be written "
-                            f"({exc.strerror or exc}); write elsewhere.") from None
+    try:
+        target = replaceable(path)
+        if target is not None:  # the temporary file beside it, tried: as root, os.access
+            file, temporary = temporary_beside(target)  # says yes even to /proc
+            file.close()
+            temporary.unlink()
+    except OSError as exc:
+        raise DataError(f"--output {path} cannot be written there ({exc.strerror or exc}); "
+                        "write elsewhere.") from None
     if path.exists() and not os.access(path, os.W_OK):
         raise DataError(f"--output {path}: the file may not be written (permission denied); "
                         "write elsewhere.")
 
 
 class TranslationsOutput:
-    """Where translations go: --output, else standard output. The file is written to a
-    temporary one beside it, renamed into place at the end: complete, or absent and any
-    earlier file there as it was (a device or a pipe is written directly). If writing it fails
-    (a full disk), what it held and the rest go to standard output, and the status becomes 1."""
+    """Where translations go: --output, else standard output. With ``whole``, the file is
+    written to a temporary one beside it and put in place by ``close``: complete, or absent
+    and any earlier file there as it was (``discard``, or a failed write); a device or a pipe
+    is written directly, and so is a stream of lines translated as they arrive (``whole``
+    False), flushed after each batch. If writing the file fails (a full disk), what it held
+    and the rest go to standard output, and the status becomes 1."""
 
-    def __init__(self, path: str | None):
-        from ..data.parallel import replaceable
-
-        self.path, self.status = path, 0
+    def __init__(self, path: str | None, whole: bool = True):
+        self.path, self.status, self.done = path, 0, False
         self.file: Any = None
         self.written = 0                   # bytes in the temporary file, each write flushed
-        self.target = None if path is None else replaceable(path)
-        self.temporary = None if self.target is None else \
-            self.target.with_name(f".{self.target.name}.{os.getpid()}.tmp")
+        self.target = replaceable(path) if path is not None and whole else None
+        self.temporary: Path | None = None
 
     def write(self, text: str) -> None:
         data = text.encode("utf-8")
         if self.path and not self.status:
             try:
                 if self.file is None:
-                    self.file = open(self.temporary or self.path, "wb")  # noqa: SIM115
+                    if self.target is not None:
+                        self.file, self.temporary = temporary_beside(self.target)
+                    else:
+                        self.file = open(self.path, "wb")  # noqa: SIM115
                 self.file.write(data)
                 self.file.flush()
                 self.written += len(data)
@@ -84,20 +84,22 @@ class TranslationsOutput:
         to_standard_output(data)
 
     def close(self) -> None:
-        """The file renamed into place (standard output needs nothing)."""
-        if self.file is None or self.status:
+        """The file put in place (standard output needs nothing)."""
+        if self.file is None or self.status or self.done:
             return
+        self.done = True
         try:
             self.file.close()
             if self.temporary is not None:
-                os.replace(self.temporary, self.target)
+                put_in_place(self.temporary, self.target)
         except OSError as exc:
             to_standard_output(self._failed(exc))
 
     def discard(self) -> None:
-        """Nothing written: the temporary file removed, an earlier file left as it was."""
-        if self.file is not None and not self.status:
-            self.status = -1  # neither renamed at close nor reported
+        """The work stopped: the temporary file removed, an earlier file left as it was (a
+        file written directly keeps what it took)."""
+        if not self.done:
+            self.done = True
             self._remove()
 
     def _failed(self, exc: OSError) -> bytes:
@@ -117,16 +119,12 @@ class TranslationsOutput:
         return held
 
     def _remove(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             if self.file is not None:
                 self.file.close()
-        except OSError:
-            pass
-        try:
+        with contextlib.suppress(OSError):
             if self.temporary is not None:
                 self.temporary.unlink(missing_ok=True)
-        except OSError:
-            pass
 
 
 def to_standard_output(data: bytes) -> None:
@@ -156,10 +154,10 @@ def picture_out_refused(args: argparse.Namespace) -> bool:
 
 
 def _cannotwrite_picture(out: str, picture: str) -> str | None:
-    """Why the picture file ``out`` cannot be written, found by creating (and removing) it, or
-    the first of its folders that does not exist yet (saving makes them), or by opening it to
-    append when it exists; None when it can. (Asking os.access is not enough: as root it says
-    yes to /proc, where creating a file fails.)"""
+    """Why the picture file ``out`` cannot be written, found by creating (and removing) the
+    first of its folders that does not exist yet (saving makes them), or else the temporary
+    file the picture is first written to beside it; None when it can. (Asking os.access is not
+    enough: as root it says yes to /proc, where creating a file fails.)"""
     path = Path(out)
     if path.is_dir():
         return (f"--out {out} is a folder; give a file name for the picture, such as "
@@ -176,14 +174,16 @@ def _cannotwrite_picture(out: str, picture: str) -> str | None:
         if home.exists() and not home.is_dir():
             return (f"--out {out} is under {home}, which is a file, not a folder; give an --out "
                     "in a folder.")
+        target = replaceable(path)
         if missing:
             missing[-1].mkdir()
             missing[-1].rmdir()
-        elif path.exists():
-            open(path, "ab").close()  # to append: the picture there stays as it is
-        else:
-            open(path, "xb").close()
-            path.unlink()
+        elif target is not None:  # the picture there, if any, stays as it is
+            file, temporary = temporary_beside(target)
+            file.close()
+            temporary.unlink()
+        else:  # a device or a pipe, written directly
+            open(path, "ab").close()
     except OSError as exc:
         return (f"cannot create --out {out} ({exc.strerror or exc}); give an --out in a folder "
                 "you can write to.")

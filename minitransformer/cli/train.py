@@ -209,6 +209,13 @@ def _train(args: argparse.Namespace, comm: Communicator) -> int:
     earlier = [path for path in (out / "log.jsonl", out / "checkpoints")
                if main and path.exists()]
     last = out / "checkpoints" / "last.npz"
+    kept = sorted(p.name for p in last.parent.glob("*.npz")) if main and last.parent.is_dir() \
+        else []
+    if earlier and not last.exists() and kept:  # last.npz removed, or a save cut short
+        print(f"{name}: {out} holds checkpoints ({', '.join(kept)}) but no {last.name}, which "
+              "--resume continues from; copy the one to continue from over it, or choose "
+              "another --out.", file=sys.stderr)
+        return 2
     if earlier and not last.exists():  # stopped (a NaN, Ctrl-C) before it saved anything
         print(f"{name}: {out} holds a run that stopped before its first checkpoint "
               f"({earlier[0].name}, no {last.name}), so there is nothing to resume; remove "

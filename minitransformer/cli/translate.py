@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from .outputs import TranslationsOutput, check_output
@@ -155,12 +156,17 @@ def run_translate(args: argparse.Namespace) -> int:
             stdin = getattr(sys.stdin, "buffer", None)  # None: replaced by a text object
             data = stdin.read() if stdin is not None else \
                 sys.stdin.read().encode("utf-8", "surrogateescape")
-            sentences, status = _decoded(data.split(b"\n"), 1)
-            batches = [sentences[:-1] if sentences[-1:] == [""] else sentences]
+            lines = data.split(b"\n")
+            if lines[-1] == b"":  # the last newline ends a line; it does not start one
+                lines.pop()
+            sentences, status = _decoded(lines, 1)
+            batches = [sentences]
     except (CheckpointError, DataError) as exc:
         print(f"minitransformer translate: {exc}", file=sys.stderr)
         return 2
-    out = TranslationsOutput(args.output)
+    # lines as they arrive go to --output as they are translated; the rest is put in place
+    # whole, or not at all when the work stops
+    out = TranslationsOutput(args.output, whole=not live)
     if not live:
         try:
             out.write(_translations(model, tokenizer, batches[0], args, 0, graphs))
@@ -168,8 +174,10 @@ def run_translate(args: argparse.Namespace) -> int:
             out.discard()
             print(f"minitransformer translate: {exc}", file=sys.stderr)
             return 2
-        finally:
-            out.close()
+        except BaseException:  # Ctrl-C, a bug: no half file in --output's place
+            out.discard()
+            raise
+        out.close()
         return max(status, out.status)
     prompt = "> " if sys.stdin.isatty() else None
     first, status = 0, 0
@@ -298,8 +306,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
             pairs = getattr(corpus, split)
         else:
             pairs = read_parallel(args.src, args.ref)
-        check_output(args.output, {"--checkpoint": args.checkpoint, "--src": args.src,
-                                    "--ref": args.ref})
+        inputs = {"--checkpoint": args.checkpoint, "--src": args.src, "--ref": args.ref}
+        if args.data and args.data != "builtin":  # the split's two files
+            inputs.update({f"--data's {name}": str(Path(args.data) / name)
+                           for lang in (corpus.src_lang, corpus.tgt_lang)
+                           for name in (f"{split}.{lang}", f"{split}.{lang}.gz")})
+        check_output(args.output, inputs)
     except (CheckpointError, DataError) as exc:
         print(f"minitransformer evaluate: {exc}", file=sys.stderr)
         return 2

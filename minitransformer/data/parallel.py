@@ -8,7 +8,6 @@ later pair out of alignment.
 
     read_lines(path)                     the sentences of one file
     write_lines(path, lines)             and back, complete or not at all
-    replaceable(path)                    the file such a write replaces, if any
     write_files({path: bytes}, writer)   several files, every one or none
     read_parallel(src_path, tgt_path)    [(source, target), ...], counts checked
     encode_pairs(pairs, tok, max_len)    token ids, too long or empty pairs dropped
@@ -24,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..files import give_permissions, replaceable, temporary_beside, written_whole
 from .errors import DataError
 from .tokenizer import Tokenizer
 
@@ -59,25 +59,10 @@ def read_lines(path: str | os.PathLike, allow_empty: bool = False) -> list[str]:
 
 def write_lines(path: str | os.PathLike, lines: Iterable[str]) -> None:
     """Write ``lines`` to ``path``, each followed by a newline, in UTF-8, complete or not at
-    all: into a temporary file beside it, renamed into place once every byte is written. A
-    failure (a full disk) raises OSError and leaves ``path`` as it was. A path that is no
-    regular file (a device, a pipe) is written directly: there is no file to keep whole."""
+    all (``files.written_whole``): a failure (a full disk) raises OSError and leaves ``path``
+    as it was. A path that is no regular file (a device, a pipe) is written directly."""
     text = "".join(line + "\n" for line in lines).encode("utf-8")
-    target = replaceable(path)
-    if target is None:
-        with open(path, "wb") as file:
-            file.write(text)
-        return
-    write_files({target: text}, "this")
-
-
-def replaceable(path: str | os.PathLike) -> Path | None:
-    """The file that writing ``path`` through a temporary file and a rename should replace:
-    ``path`` itself, or the file its symbolic links lead to (the link is kept); None where
-    that exists and is not a regular file (/dev/stdout, a named pipe), which only a direct
-    write reaches."""
-    path = Path(path)  # exists and is_file follow links, as far as the thing they lead to
-    return None if path.exists() and not path.is_file() else path.resolve()
+    written_whole(path, lambda file: file.write_bytes(text))
 
 
 def write_files(files: dict[Path, bytes], writer: str) -> None:
@@ -85,33 +70,40 @@ def write_files(files: dict[Path, bytes], writer: str) -> None:
     once all are written they are renamed into place, an earlier file moved aside first so
     that a failed rename can put it back. A symbolic link keeps leading where it did (its
     target is replaced). DataError, before anything is written, where something other than a
-    file (a folder) has one of their names; ``writer`` names who writes them there."""
-    targets = {}
+    regular file (a folder) has one of their names, or two of them are one file; ``writer``
+    names who writes them there."""
+    targets: dict[Path, Path] = {}
     for path in files:
         target = replaceable(path)
         if target is None:  # os.replace would fail, or replace a folder's name, after the work
             raise DataError(f"{path} is a folder or another thing that is not a file, where "
                             f"{writer} writes its {path.name}; move it away or write to another "
                             "folder.")
+        if target in targets.values():
+            raise DataError(f"{path} is the same file as another that {writer} writes; give "
+                            "each its own name.")
         targets[path] = target
-    pid = os.getpid()
-    temporaries = {t: t.with_name(f".{t.name}.{pid}.tmp") for t in targets.values()}
+    temporaries: dict[Path, Path] = {}
     moved: list[tuple[Path, Path | None]] = []  # (target, the earlier file moved aside)
     try:
         for path, data in files.items():
-            temporaries[targets[path]].write_bytes(data)
+            file, temporaries[targets[path]] = temporary_beside(targets[path])
+            with file:
+                file.write(data)
         for target, temporary in temporaries.items():
+            give_permissions(temporary, target)
             aside = None
             if target.exists():
-                aside = target.with_name(f".{target.name}.{pid}.old")
+                aside = target.with_name(f".{target.name}.{os.getpid()}.old")
+            moved.append((target, aside))  # before the move: an interrupt after it puts it back
+            if aside is not None:
                 os.replace(target, aside)
-            moved.append((target, aside))
             os.replace(temporary, target)
     except BaseException:  # a full disk, Ctrl-C: put back what was there
         for target, aside in reversed(moved):
             if aside is None:
                 _quietly(target.unlink, True)
-            else:
+            elif aside.exists():
                 _quietly(os.replace, aside, target)
         raise
     finally:

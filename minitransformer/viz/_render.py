@@ -8,10 +8,10 @@ drawn: importing ``viz`` costs nothing.
 from __future__ import annotations
 
 import functools
-import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from ..files import written_whole
 
 INSTALL_DOT = ("`apt-get install graphviz` on Debian or Ubuntu, `brew install graphviz` on macOS, "
                "`conda install -c conda-forge graphviz` in a conda environment")
@@ -44,23 +44,9 @@ def save_figure(figure: Any, path: str | Path | None) -> Any:
     if not path.suffix:  # matplotlib names the format and adds its suffix itself
         figure.savefig(path, dpi=120, bbox_inches="tight")
     else:
-        written_in_place(path, lambda temporary: figure.savefig(temporary, dpi=120,
-                                                                bbox_inches="tight"))
+        written_whole(path, lambda temporary: figure.savefig(temporary, dpi=120,
+                                                             bbox_inches="tight"))
     return figure
-
-
-def written_in_place(path: Path, write: Callable[[Path], Any]) -> None:
-    """``write(temporary)``, a file beside ``path`` with its suffix, then renamed to ``path``:
-    a failed write (a full disk) leaves no half picture, and an earlier one as it was."""
-    temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    finally:
-        try:  # the write's own error goes on; a failed clean-up must not replace it
-            temporary.unlink(missing_ok=True)
-        except OSError:
-            pass
 
 
 def graphviz_module() -> Any:
@@ -106,8 +92,8 @@ def save_graph(graph: Any, path: str | Path | None) -> Any:
                          "source.")
     path.parent.mkdir(parents=True, exist_ok=True)
     if suffix in {"gv", "dot"}:
-        written_in_place(path, lambda temporary: temporary.write_text(graph.source,
-                                                                      encoding="utf-8"))
+        written_whole(path, lambda temporary: temporary.write_text(graph.source,
+                                                                   encoding="utf-8"))
         return graph
     laid_out = graph
     if suffix in RASTER_FORMATS:  # Graphviz's 96 dots per inch blur small labels
@@ -117,5 +103,5 @@ def save_graph(graph: Any, path: str | Path | None) -> Any:
         picture = laid_out.pipe(format=suffix)
     except graphviz.ExecutableNotFound:
         raise GraphvizMissing(MISSING_DOT) from None
-    written_in_place(path, lambda temporary: temporary.write_bytes(picture))
+    written_whole(path, lambda temporary: temporary.write_bytes(picture))
     return graph

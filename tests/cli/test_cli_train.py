@@ -85,15 +85,15 @@ def test_translate_from_arguments_a_file_and_stdin(trained_run, capsys, monkeypa
 def test_an_output_that_may_not_be_written_is_refused_before_translating(
         trained_run, capsys, monkeypatch, tmp_path, command):
     corpus, run = trained_run
-    def read_only(path, *args, **kwargs):  # as a read-only folder (root may write anywhere)
+    def read_only(target):  # as a read-only folder (root may write anywhere)
         raise PermissionError(13, "Permission denied")
-    monkeypatch.setattr("pathlib.Path.touch", read_only)
+    monkeypatch.setattr("minitransformer.cli.outputs.temporary_beside", read_only)
     checkpoint = str(run / "checkpoints" / "averaged.npz")
     inputs = (["ka lo"] if command == "translate"
               else ["--src", str(corpus / "test.xx"), "--ref", str(corpus / "test.yy")])
     assert cli.main([command, "--checkpoint", checkpoint, *inputs,
                      "--output", str(tmp_path / "out.txt")]) == 2
-    assert "its folder may not be written (Permission denied); write elsewhere" in \
+    assert "cannot be written there (Permission denied); write elsewhere" in \
         capsys.readouterr().err
 
 

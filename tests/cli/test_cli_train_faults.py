@@ -214,6 +214,21 @@ def test_a_nan_before_the_first_checkpoint_says_there_is_nothing_to_resume(corpu
             "folder and start again")
 
 
+def test_a_run_whose_last_checkpoint_is_missing_names_the_ones_it_has(corpus, tmp_path,
+                                                                      capsys):
+    """Not "nothing to resume, remove the folder": that would delete good checkpoints."""
+    run = tmp_path / "run"
+    assert train(corpus, run) == 0
+    (run / "checkpoints" / "last.npz").unlink()
+    capsys.readouterr()
+    assert train(corpus, run, "--resume") == 2
+    line = only_line(capsys.readouterr().err)
+    assert line.startswith(f"minitransformer train: {run} holds checkpoints (")
+    assert "step-0000004.npz" in line and line.endswith(
+        "but no last.npz, which --resume continues from; copy the one to continue from over "
+        "it, or choose another --out.")
+
+
 def test_resume_refuses_another_vocabulary_size(corpus, tmp_path, capsys):
     run = tmp_path / "run"
     assert train(corpus, run, "--max-steps", "2") == 0

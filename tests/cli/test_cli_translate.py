@@ -264,6 +264,37 @@ def test_an_output_is_complete_or_absent(checkpoint, capsys, tmp_path, monkeypat
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
 
 
+def test_a_translation_that_stops_leaves_no_half_output(checkpoint, capsys, tmp_path,
+                                                        monkeypatch):
+    from minitransformer.cli import translate as command
+
+    target = tmp_path / "out.txt"
+    target.write_text("an earlier translation\n")
+
+    def broken(*args):
+        raise RuntimeError("a bug")
+    monkeypatch.setattr(command, "_translations", broken)
+    with pytest.raises(RuntimeError):
+        cli.main(["translate", "--checkpoint", str(checkpoint), "ka lo", "--output",
+                  str(target)])
+    assert target.read_text() == "an earlier translation\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_an_error_of_the_system_is_one_line(monkeypatch, capsys):
+    """Not every OSError is standard output's: one without a file is named as it is."""
+    import errno
+
+    from minitransformer.cli import info
+
+    def no_files_left(args):
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+    monkeypatch.setattr(info, "run", no_files_left)
+    assert cli.main(["info"]) == 1
+    assert capsys.readouterr().err == \
+        f"minitransformer info: failed ({os.strerror(errno.EMFILE)}).\n"
+
+
 def test_a_linked_output_keeps_its_link(checkpoint, capsys, tmp_path):
     (tmp_path / "real.txt").write_text("")
     (tmp_path / "link.txt").symlink_to("real.txt")
@@ -326,6 +357,15 @@ def test_evaluate_prints_its_scores_when_its_output_cannot_be_written(checkpoint
     out, err = capsys.readouterr()
     assert status == 1 and out.startswith("BLEU = ")
     assert "could not write --output /dev/full (No space left on device)" in err
+
+
+def test_evaluate_refuses_an_output_that_is_a_file_of_its_data(checkpoint, capsys):
+    data = checkpoint.parent.parent.parent / "corpus"
+    before = (data / "test.yy").read_text()
+    status = cli.main(["evaluate", "--checkpoint", str(checkpoint), "--data", str(data),
+                       "--output", str(data / "test.yy")])
+    assert status == 2 and "is the --data's test.yy file" in capsys.readouterr().err
+    assert (data / "test.yy").read_text() == before
 
 
 def test_evaluate_refuses_an_output_that_is_its_reference(checkpoint, capsys, tmp_path):
@@ -560,3 +600,6 @@ def test_a_line_of_a_file_as_standard_input_that_is_not_utf8_is_left_empty(check
     lines = out.split("\n")
     assert status == 1 and len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]
     assert "line 2 of standard input is not valid UTF-8" in err
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ka lo\n\xff")))
+    status, out, err = translate_cli(capsys, checkpoint, "--beam", "1")
+    assert status == 1 and out.split("\n")[1:] == ["", ""]  # the last line too, unended

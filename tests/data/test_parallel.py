@@ -1,4 +1,5 @@
-"""Reading parallel text (plain and gzip'ed), its DataErrors, and encoding with filtering."""
+"""Reading parallel text (plain and gzip'ed), its DataErrors, and encoding with filtering;
+writing lines and sets of files whole."""
 
 import gzip
 import re
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from minitransformer.data import DataError, Tokenizer, encode_pairs, read_lines, read_parallel
+from minitransformer.data.parallel import write_files, write_lines
 
 MULTI30K = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
 
@@ -173,3 +175,22 @@ def test_a_german_english_folder_reads_the_direction_from_either_side(tmp_path, 
     corpus = load_corpus(tmp_path, src, tgt)
     assert (corpus.src_lang, corpus.tgt_lang) == direction
     assert corpus.train[0] == (f"{direction[0]} train", f"{direction[1]} train")
+
+
+def test_two_names_of_one_file_are_refused_before_anything_is_written(tmp_path):
+    (tmp_path / "a.txt").write_text("kept\n")
+    (tmp_path / "b.txt").symlink_to("a.txt")
+    with pytest.raises(DataError, match="is the same file as another"):
+        write_files({tmp_path / "a.txt": b"one\n", tmp_path / "b.txt": b"two\n"}, "the test")
+    assert (tmp_path / "a.txt").read_text() == "kept\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt"]
+
+
+def test_write_lines_keeps_a_link_and_the_file_s_permissions(tmp_path):
+    (tmp_path / "real.txt").write_text("old\n")
+    (tmp_path / "real.txt").chmod(0o640)
+    (tmp_path / "link.txt").symlink_to("real.txt")
+    write_lines(tmp_path / "link.txt", ["ka", "lo"])
+    assert (tmp_path / "link.txt").is_symlink()
+    assert (tmp_path / "real.txt").read_text() == "ka\nlo\n"
+    assert (tmp_path / "real.txt").stat().st_mode & 0o777 == 0o640
