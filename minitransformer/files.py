@@ -2,6 +2,7 @@
 that a crash or a full disk leaves the old file or the new one, never half of one.
 
     replaceable(path)                 the file such a write replaces, or None: write directly
+    standard_output(path)             whether it is this process's standard output
     temporary_beside(target)          a new, open file next to ``target`` (and its path)
     put_in_place(temporary, target)   the old file's mode (and owner) given to it, then renamed
     give_permissions(temporary, target)   that first half alone
@@ -36,6 +37,14 @@ def replaceable(path: str | os.PathLike) -> Path | None:
         return path.resolve()
     except RuntimeError:  # a loop of symbolic links (Python before 3.13)
         raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path)) from None
+
+
+def standard_output(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is this process's standard output (/dev/stdout, or the file a shell's
+    ``>`` sent it to): what is written there belongs on it, in order, through it."""
+    with contextlib.suppress(OSError):
+        return os.path.samestat(os.stat(path), os.fstat(1))
+    return False
 
 
 def _a_stream(path: Path) -> bool:

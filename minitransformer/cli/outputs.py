@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..files import put_in_place, replaceable, temporary_beside
+from ..files import put_in_place, replaceable, standard_output, temporary_beside
 
 
 def check_output(output: str | None, inputs: dict[str, str | None]) -> None:
@@ -60,6 +60,8 @@ class TranslationsOutput:
     and the rest go to standard output, and the status becomes 1."""
 
     def __init__(self, path: str | None, whole: bool = True):
+        if path is not None and standard_output(path):  # /dev/stdout, or stdout's own file
+            path = None
         self.path, self.status, self.done = path, 0, False
         self.file: Any = None
         self.written = 0                   # bytes in the temporary file, each write flushed
@@ -74,7 +76,9 @@ class TranslationsOutput:
                     if self.target is not None:
                         self.file, self.temporary = temporary_beside(self.target)
                     else:
-                        self.file = open(self.path, "wb")  # noqa: SIM115
+                        # a stream (a device, a pipe) appended to; a file begun anew
+                        mode = "ab" if replaceable(self.path) is None else "wb"
+                        self.file = open(self.path, mode)  # noqa: SIM115
                 self.file.write(data)
                 self.file.flush()
                 self.written += len(data)

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .outputs import TranslationsOutput, check_output
+from ..files import standard_output
+from .outputs import TranslationsOutput, check_output, to_standard_output
 from .values import at_least, check_utf8, finite_float, language_code
 
 
@@ -324,7 +325,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return 2
     result = score_hypotheses(hypotheses, [t for _, t in pairs], args.beam, args.n_best, lists)
     status = 0
-    if args.output:
+    if args.output and standard_output(args.output):  # /dev/stdout: before the scores
+        to_standard_output("".join(h + "\n" for h in hypotheses).encode("utf-8"))
+    elif args.output:
         try:
             write_lines(args.output, hypotheses)
         except OSError as exc:  # a full disk: the scores are still worth having

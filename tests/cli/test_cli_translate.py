@@ -295,6 +295,28 @@ def test_an_error_of_the_system_is_one_line(monkeypatch, capsys):
         f"minitransformer info: failed ({os.strerror(errno.EMFILE)}).\n"
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/stdout"), reason="needs /dev/stdout")
+def test_dev_stdout_as_output_is_standard_output_whatever_it_goes_to(checkpoint, tmp_path):
+    """Standard output sent by the shell to a file: /dev/stdout leads to that file, which must
+    be neither replaced (its earlier lines were lost) nor written at another offset (the
+    translations and the scores overwrote each other)."""
+    log = tmp_path / "log.txt"
+    log.write_text("earlier\n")
+    command = [sys.executable, "-m", "minitransformer"]
+    with open(log, "a") as out:
+        subprocess.run([*command, "translate", "--checkpoint", str(checkpoint), "ka lo",
+                        "--output", "/dev/stdout"], stdout=out, check=True, timeout=300)
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2 and lines[0] == "earlier" and lines[1]
+    data = checkpoint.parent.parent.parent / "corpus"
+    with open(log, "w") as out:
+        subprocess.run([*command, "evaluate", "--checkpoint", str(checkpoint), "--data",
+                        str(data), "--output", "/dev/stdout"], stdout=out, check=True,
+                       timeout=300)
+    lines = log.read_text().splitlines()
+    assert len(lines) == 6 + 2 and lines[6].startswith("BLEU = ") and lines[7].startswith("chrF")
+
+
 def test_a_linked_output_keeps_its_link(checkpoint, capsys, tmp_path):
     (tmp_path / "real.txt").write_text("")
     (tmp_path / "link.txt").symlink_to("real.txt")
