@@ -3,6 +3,7 @@ that a crash or a full disk leaves the old file or the new one, never half of on
 
     replaceable(path)                 the file such a write replaces, or None: write directly
     standard_output(path)             whether it is this process's standard output
+    appended(path)                    whether a direct write appends to it
     temporary_beside(target)          a new, open file next to ``target`` (and its path)
     put_in_place(temporary, target)   the old file's mode (and owner) given to it, then renamed
     give_permissions(temporary, target)   that first half alone
@@ -39,6 +40,17 @@ def replaceable(path: str | os.PathLike) -> Path | None:
         raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path)) from None
 
 
+def appended(path: str | os.PathLike) -> bool:
+    """Whether a direct write to ``path`` should append: a device, a pipe, or a file another
+    descriptor of this process writes (its standard error sent there by ``2>>``), which a
+    truncation would cut; a regular file of its own is begun anew."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return False
+    return not stat.S_ISREG(found.st_mode) or _a_stream(Path(path))
+
+
 def standard_output(path: str | os.PathLike) -> bool:
     """Whether ``path`` is this process's standard output (/dev/stdout, or the file a shell's
     ``>`` sent it to): what is written there belongs on it, in order, through it."""
@@ -48,7 +60,7 @@ def standard_output(path: str | os.PathLike) -> bool:
 
 
 def _a_stream(path: Path) -> bool:
-    if str(path.absolute()).startswith(("/dev/", "/proc/")):
+    if str(path.absolute()).startswith("/proc/"):  # /proc/self/fd/N: whatever fd N is
         return True
     try:
         found = os.stat(path)

@@ -7,7 +7,13 @@ import sys
 
 import pytest
 
-from minitransformer.files import put_in_place, replaceable, temporary_beside, written_whole
+from minitransformer.files import (
+    appended,
+    put_in_place,
+    replaceable,
+    temporary_beside,
+    written_whole,
+)
 
 
 def test_a_regular_file_or_a_new_name_is_replaced_and_a_link_leads_to_its_file(tmp_path):
@@ -73,3 +79,14 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
     with pytest.raises(OSError, match="No space"):
         written_whole(target, full)
     assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_a_regular_file_under_dev_is_a_file_and_a_direct_write_appends_only_to_streams(
+        tmp_path):
+    """/dev/shm holds ordinary files: replaced whole, not appended to."""
+    if os.path.isdir("/dev/shm"):
+        assert replaceable("/dev/shm/minitransformer-test.txt") is not None
+    (tmp_path / "plain.txt").write_text("x")
+    assert not appended(tmp_path / "plain.txt") and not appended(tmp_path / "missing.txt")
+    os.mkfifo(tmp_path / "pipe")
+    assert appended(tmp_path / "pipe")

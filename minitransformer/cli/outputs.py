@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..files import put_in_place, replaceable, standard_output, temporary_beside
+from ..files import appended, put_in_place, replaceable, standard_output, temporary_beside
 
 
 def check_output(output: str | None, inputs: dict[str, str | None]) -> None:
@@ -76,9 +76,7 @@ class TranslationsOutput:
                     if self.target is not None:
                         self.file, self.temporary = temporary_beside(self.target)
                     else:
-                        # a stream (a device, a pipe) appended to; a file begun anew
-                        mode = "ab" if replaceable(self.path) is None else "wb"
-                        self.file = open(self.path, mode)  # noqa: SIM115
+                        self.file = self._open_directly()
                 self.file.write(data)
                 self.file.flush()
                 self.written += len(data)
@@ -87,8 +85,20 @@ class TranslationsOutput:
                 data = self._failed(exc) + data
         to_standard_output(data)
 
+    def _open_directly(self) -> Any:
+        """A stream (a device, a pipe, a file standard error goes to) appended to; a file of
+        its own begun anew."""
+        return open(self.path, "ab" if appended(self.path) else "wb")  # noqa: SIM115
+
     def close(self) -> None:
-        """The file put in place (standard output needs nothing)."""
+        """The file put in place (standard output needs nothing). A stream of lines that
+        brought none leaves an empty file, as an empty input file does."""
+        if self.file is None and self.path and not self.status and not self.done:
+            with contextlib.suppress(OSError):
+                if self.target is None:
+                    self._open_directly().close()
+                else:
+                    self.write("")
         if self.file is None or self.status or self.done:
             return
         self.done = True

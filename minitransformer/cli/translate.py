@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -145,7 +146,10 @@ def run_translate(args: argparse.Namespace) -> int:
                 raise DataError(f"--alignment-layer {args.alignment_layer} does not exist; the "
                                 f"model has {n} decoder layers (0 to {n - 1}, or -1 for the "
                                 "last).") from None
-        check_output(args.output, {"--checkpoint": args.checkpoint, "--input": args.input})
+        inputs = {"--checkpoint": args.checkpoint, "--input": args.input}
+        if not (args.sentences or args.input) and os.path.exists("/dev/stdin"):
+            inputs["standard input's"] = "/dev/stdin"  # `< t.txt` with --output t.txt
+        check_output(args.output, inputs)
         live = not (args.sentences or args.input) and arrives_over_time(sys.stdin)
         status = 0
         if args.sentences:

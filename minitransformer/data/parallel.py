@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..files import give_permissions, replaceable, temporary_beside, written_whole
+from ..files import appended, give_permissions, replaceable, temporary_beside, written_whole
 from .errors import DataError
 from .tokenizer import Tokenizer
 
@@ -62,6 +62,10 @@ def write_lines(path: str | os.PathLike, lines: Iterable[str]) -> None:
     all (``files.written_whole``): a failure (a full disk) raises OSError and leaves ``path``
     as it was. A path that is no regular file (a device, a pipe) is written directly."""
     text = "".join(line + "\n" for line in lines).encode("utf-8")
+    if replaceable(path) is None:  # a device, a pipe, a file standard error goes to
+        with open(path, "ab" if appended(path) else "wb") as file:
+            file.write(text)
+        return
     written_whole(path, lambda file: file.write_bytes(text))
 
 

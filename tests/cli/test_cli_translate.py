@@ -317,6 +317,28 @@ def test_dev_stdout_as_output_is_standard_output_whatever_it_goes_to(checkpoint,
     assert len(lines) == 6 + 2 and lines[6].startswith("BLEU = ") and lines[7].startswith("chrF")
 
 
+def test_the_file_given_as_standard_input_cannot_be_the_output(checkpoint, tmp_path):
+    source = tmp_path / "t.txt"
+    source.write_text("ka lo\n")
+    with open(source) as stdin:
+        done = subprocess.run([sys.executable, "-m", "minitransformer", "translate",
+                               "--checkpoint", str(checkpoint), "--output", str(source)],
+                              stdin=stdin, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "is the standard input's file" in done.stderr
+    assert source.read_text() == "ka lo\n"
+
+
+def test_an_empty_stream_leaves_an_empty_output_as_an_empty_file_does(checkpoint, tmp_path):
+    """Lines read from a pipe as they arrive go to --output directly; none came, and the
+    earlier file stayed as it was, where an empty input file gives an empty output."""
+    target = tmp_path / "out.txt"
+    target.write_text("an earlier translation\n")
+    done = subprocess.run([sys.executable, "-m", "minitransformer", "translate",
+                           "--checkpoint", str(checkpoint), "--output", str(target)],
+                          input=b"", capture_output=True, timeout=300)
+    assert done.returncode == 0 and target.read_text() == ""
+
+
 def test_a_linked_output_keeps_its_link(checkpoint, capsys, tmp_path):
     (tmp_path / "real.txt").write_text("")
     (tmp_path / "link.txt").symlink_to("real.txt")
