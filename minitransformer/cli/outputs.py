@@ -93,12 +93,9 @@ class TranslationsOutput:
     def close(self) -> None:
         """The file put in place (standard output needs nothing). A stream of lines that
         brought none leaves an empty file, as an empty input file does."""
-        if self.file is None and self.path and not self.status and not self.done:
-            with contextlib.suppress(OSError):
-                if self.target is None:
-                    self._open_directly().close()
-                else:
-                    self.write("")
+        if self.file is None and self.path and self.target is None and not self.done:
+            with contextlib.suppress(OSError):  # (the whole file's first write made it)
+                self._open_directly().close()
         if self.file is None or self.status or self.done:
             return
         self.done = True
